@@ -1,0 +1,28 @@
+// Device counters: the evidence for "no redundant transfers" and "no needless stream
+// churn". Monotonic since device creation; take two snapshots and subtract.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace npurt::hal {
+
+struct Counters {
+  uint64_t h2d_bytes = 0, h2d_transfers = 0;
+  uint64_t d2h_bytes = 0, d2h_transfers = 0;
+  uint64_t d2d_bytes = 0, d2d_transfers = 0;
+  uint64_t launches = 0;
+  uint64_t blocks = 0;
+  uint64_t streams_created = 0, streams_destroyed = 0;
+  uint64_t code_uploads = 0, code_upload_bytes = 0;
+  uint64_t icache_hits = 0, icache_misses = 0, icache_invalidations = 0;
+  uint64_t kernel_faults = 0;
+  uint64_t hazard_stale_fetch = 0;
+  uint64_t hazard_uninit_read = 0;
+
+  Counters operator-(const Counters& o) const;
+  // One "name value" pair per line.
+  std::string to_string() const;
+};
+
+}  // namespace npurt::hal

@@ -1,0 +1,126 @@
+// The device interface (HAL): everything npurt needs from an NPU, and nothing more.
+//
+// Ownership: every object a Device hands out (memory blocks, streams, events) is
+// identified by a plain handle value and owned by the caller until it frees it; the
+// RAII wrappers in hal/handles.h do that automatically. Handles are never reused
+// within a device's lifetime except device addresses, which the allocator recycles on
+// purpose (that is how real devices behave, and what the stale-instruction hazard is
+// about).
+//
+// Asynchrony: copies, code uploads, launches and event records/waits are *stream
+// commands*: they return once enqueued and execute later, in order, on their stream.
+// Host memory passed to a copy must stay valid and unchanged (h2d) or untouched (d2h)
+// until the command completes (stream_synchronize, event_synchronize, or a query that
+// reports completion). Commands on different streams are unordered unless an event
+// orders them.
+//
+// Errors: a call returns an error now when the request itself is malformed (bad
+// handle, out-of-range address, unverified image). A failure while executing
+// (a kernel fault, a sanitizer hazard) puts that stream into an error state: the
+// failing command and everything queued after it report the error through
+// stream_synchronize / stream_query / events recorded after it, and later enqueues on
+// that stream fail with the same error. Other streams and the device stay usable; a
+// failed stream is destroyed and replaced by its owner.
+//
+// Threading: all methods are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "npurt/base/status.h"
+#include "npurt/hal/counters.h"
+#include "npurt/isa/image.h"
+
+namespace npurt::hal {
+
+using DeviceAddr = uint64_t;  // 0 is never a valid address
+using StreamId = uint64_t;    // 0 is never a valid stream
+using EventId = uint64_t;     // 0 is never a valid event
+
+// One launch argument. Buffers are (address, length) ranges inside one live
+// allocation; the kernel can touch exactly those bytes. Scalars carry raw bits
+// (int64, or an f32 in the low 32 bits).
+struct KernelArg {
+  static KernelArg buffer(DeviceAddr addr, uint64_t bytes) { return {false, addr, bytes, 0}; }
+  static KernelArg scalar_i64(int64_t v) { return {true, 0, 0, static_cast<uint64_t>(v)}; }
+  static KernelArg scalar_f32(float v);
+
+  bool is_scalar = false;
+  DeviceAddr addr = 0;
+  uint64_t bytes = 0;
+  uint64_t bits = 0;
+};
+
+struct LaunchParams {
+  DeviceAddr image = 0;   // where the image was uploaded with upload_code
+  uint32_t grid = 1;      // number of blocks; block i runs on core i % num_cores
+  std::vector<KernelArg> args;
+};
+
+struct DeviceInfo {
+  std::string name;
+  uint32_t num_cores = 0;
+  uint64_t global_memory_bytes = 0;
+  uint32_t local_memory_bytes = 0;  // per core
+  uint32_t icache_line_bytes = 0;
+  uint32_t icache_sets = 0;
+  uint32_t icache_ways = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceInfo& info() const = 0;
+
+  // ---- global memory ----
+  // Allocates `bytes` (> 0) aligned to `alignment` (a power of two <= 4096).
+  virtual StatusOr<DeviceAddr> allocate(uint64_t bytes, uint64_t alignment = 256) = 0;
+  // Frees a block returned by allocate. The caller guarantees no queued or running
+  // command still uses it (the memory/ and exec/ layers track that).
+  virtual Status free(DeviceAddr addr) = 0;
+
+  // ---- streams and events ----
+  virtual StatusOr<StreamId> create_stream() = 0;
+  // Waits for the stream's queued commands, then destroys it.
+  virtual Status destroy_stream(StreamId stream) = 0;
+  // Blocks until every command enqueued so far has completed; returns the stream's
+  // error, if any.
+  virtual Status stream_synchronize(StreamId stream) = 0;
+  // Non-blocking: true when every enqueued command has completed; the stream's
+  // error if one occurred.
+  virtual StatusOr<bool> stream_query(StreamId stream) = 0;
+
+  virtual StatusOr<EventId> create_event() = 0;
+  virtual Status destroy_event(EventId event) = 0;
+  // Enqueue: the event completes when the stream reaches this point.
+  virtual Status record_event(StreamId stream, EventId event) = 0;
+  // Enqueue: the stream waits for the event's most recent record (as of this call).
+  virtual Status wait_event(StreamId stream, EventId event) = 0;
+  virtual Status event_synchronize(EventId event) = 0;
+  virtual StatusOr<bool> event_query(EventId event) = 0;
+
+  // ---- data movement (stream commands) ----
+  virtual Status copy_to_device(StreamId stream, DeviceAddr dst, const void* src, uint64_t bytes) = 0;
+  virtual Status copy_to_host(StreamId stream, void* dst, DeviceAddr src, uint64_t bytes) = 0;
+  virtual Status copy_on_device(StreamId stream, DeviceAddr dst, DeviceAddr src, uint64_t bytes) = 0;
+
+  // ---- code ----
+  // Writes a verified image into GM at `dst` (a block of at least image.bytes()
+  // bytes) and returns once it is there. This is the only way code reaches GM.
+  // It invalidates no instruction cache: cores that cached lines of a previous image
+  // at the same addresses keep them until a fresh stream's first launch.
+  virtual Status upload_code(DeviceAddr dst, const isa::Image& image) = 0;
+
+  // Enqueue a kernel launch.
+  virtual Status launch(StreamId stream, const LaunchParams& params) = 0;
+
+  // ---- observation ----
+  virtual Counters counters() const = 0;
+};
+
+}  // namespace npurt::hal
