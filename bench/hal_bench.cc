@@ -1,0 +1,188 @@
+// Device-level costs of the simulated NPU, each next to its physical floor measured
+// in the same process:
+//   * launch overhead (enqueue only; submit + wait round trip) vs. a two-thread
+//     atomic ping-pong, the cheapest possible cross-thread round trip here;
+//   * DMA host->device and device->host bandwidth vs. plain memcpy of the same size.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "npurt/hal/sim_device.h"
+#include "npurt/isa/builder.h"
+
+namespace {
+
+using namespace npurt;
+
+double pingpong_us();
+
+struct Sim {
+  std::unique_ptr<hal::Device> dev;
+  hal::StreamId stream = 0;
+  hal::DeviceAddr empty_kernel = 0;
+
+  Sim() {
+    pingpong_us();  // measure the floor before any simulator thread exists
+    hal::SimOptions o;
+    o.global_memory_bytes = 512ull << 20;
+    dev = std::move(hal::create_sim_device(o)).value();
+    stream = dev->create_stream().value();
+    isa::KernelBuilder b("empty");
+    b.exit();
+    const isa::Image image = b.build().value();
+    empty_kernel = dev->allocate(image.bytes().size()).value();
+    if (!dev->upload_code(empty_kernel, image).ok()) std::abort();
+  }
+  ~Sim() { dev->destroy_stream(stream).ignore(); }
+};
+
+Sim& sim() {
+  static Sim s;
+  return s;
+}
+
+// Median of `reps` timings of fn(), in seconds.
+template <typename F>
+double median_seconds(int reps, F fn) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+  return t[reps / 2];
+}
+
+// Round trip of a spinning two-thread ping-pong: the floor for any host thread
+// handing work to another and being told it is done.
+double pingpong_us() {
+  static const double us = [] {
+    std::atomic<uint64_t> ping{0}, pong{0};
+    std::atomic<bool> stop{false};
+    std::thread peer([&] {
+      uint64_t seen = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        const uint64_t p = ping.load(std::memory_order_acquire);
+        if (p != seen) {
+          seen = p;
+          pong.store(p, std::memory_order_release);
+        }
+      }
+    });
+    constexpr int kRounds = 20000;
+    const double s = median_seconds(5, [&] {
+      for (int i = 0; i < kRounds; ++i) {
+        const uint64_t v = ping.load() + 1;
+        ping.store(v, std::memory_order_release);
+        while (pong.load(std::memory_order_acquire) != v) {
+        }
+      }
+    });
+    stop = true;
+    peer.join();
+    return s / kRounds * 1e6;
+  }();
+  return us;
+}
+
+// Per-iteration wall times, for medians (Google Benchmark reports means).
+struct Samples {
+  std::vector<double> seconds;
+  template <typename F>
+  void time(F fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  double median() {
+    if (seconds.empty()) return 0;
+    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+    return seconds[seconds.size() / 2];
+  }
+};
+
+void BM_LaunchEnqueue(benchmark::State& state) {
+  Sim& s = sim();
+  const hal::LaunchParams p{s.empty_kernel, 1, {}};
+  constexpr int kBatch = 64;
+  Samples samples;
+  for (auto _ : state) {
+    samples.time([&] {
+      for (int i = 0; i < kBatch; ++i) {
+        if (!s.dev->launch(s.stream, p).ok()) state.SkipWithError("launch failed");
+      }
+    });
+    state.PauseTiming();  // drain the queue; not part of the enqueue cost
+    if (!s.dev->stream_synchronize(s.stream).ok()) state.SkipWithError("sync failed");
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  state.counters["median_enqueue_us"] = samples.median() / kBatch * 1e6;
+  state.counters["target_us"] = 2.0;
+}
+BENCHMARK(BM_LaunchEnqueue);
+
+void BM_LaunchRoundTrip(benchmark::State& state) {
+  Sim& s = sim();
+  const hal::LaunchParams p{s.empty_kernel, static_cast<uint32_t>(state.range(0)), {}};
+  Samples samples;
+  for (auto _ : state) {
+    samples.time([&] {
+      if (!s.dev->launch(s.stream, p).ok() || !s.dev->stream_synchronize(s.stream).ok()) {
+        state.SkipWithError("launch failed");
+      }
+    });
+  }
+  const double us = samples.median() * 1e6;
+  state.counters["median_roundtrip_us"] = us;
+  state.counters["floor_pingpong_us"] = pingpong_us();
+  state.counters["ratio_to_floor"] = us / pingpong_us();
+  state.counters["target_us"] = 10.0;
+}
+BENCHMARK(BM_LaunchRoundTrip)->Arg(1)->Arg(8)->ArgName("grid");
+
+// ---- DMA vs memcpy ----
+
+// DMA and the memcpy peer are sampled alternately in the same loop so that both see
+// the same machine (other processes, frequency, memory traffic).
+void dma(benchmark::State& state, bool to_device) {
+  Sim& s = sim();
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  std::vector<uint8_t> host(bytes, 3), peer_src(bytes, 4), peer_dst(bytes, 5);
+  const hal::DeviceAddr dev = s.dev->allocate(bytes).value();
+  // Touch the device pages once so neither side pays first-touch faults in the loop.
+  if (!s.dev->copy_to_device(s.stream, dev, host.data(), bytes).ok()) std::abort();
+  s.dev->stream_synchronize(s.stream).ignore();
+  Samples dma_samples, memcpy_samples;
+  for (auto _ : state) {
+    dma_samples.time([&] {
+      Status st = to_device ? s.dev->copy_to_device(s.stream, dev, host.data(), bytes)
+                            : s.dev->copy_to_host(s.stream, host.data(), dev, bytes);
+      if (st.ok()) st = s.dev->stream_synchronize(s.stream);
+      if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+    });
+    memcpy_samples.time([&] {
+      std::memcpy(peer_dst.data(), peer_src.data(), bytes);
+      benchmark::DoNotOptimize(peer_dst.data());
+    });
+  }
+  s.dev->free(dev).ignore();
+  const double gbps = bytes / dma_samples.median() / 1e9;
+  const double peer = bytes / memcpy_samples.median() / 1e9;
+  state.counters["median_dma_GBps"] = gbps;
+  state.counters["median_memcpy_GBps"] = peer;
+  state.counters["ratio_to_memcpy"] = gbps / peer;
+}
+
+void BM_DmaToDevice(benchmark::State& state) { dma(state, true); }
+void BM_DmaToHost(benchmark::State& state) { dma(state, false); }
+BENCHMARK(BM_DmaToDevice)->Arg(1 << 20)->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
+BENCHMARK(BM_DmaToHost)->Arg(1 << 20)->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
+
+}  // namespace

@@ -1,0 +1,54 @@
+// The npurt command: `npurt demo`, `npurt disasm FILE`.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "npurt/isa/disasm.h"
+
+namespace npurt::cli {
+int run_demo(uint32_t cores, bool sanitize, uint32_t seed);
+}
+
+namespace {
+
+int disasm_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "npurt disasm: cannot open %s\n", path.c_str());
+    return 1;
+  }
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto text = npurt::isa::disassemble_bytes(bytes);
+  if (!text.ok()) {
+    std::fprintf(stderr, "npurt disasm: %s: %s\n", path.c_str(), text.status().to_string().c_str());
+    return 1;
+  }
+  std::fputs(text->c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"npurt: run compiled operators on NPUs (default device: the simulated NPU)"};
+  app.require_subcommand(1);
+
+  uint32_t cores = 8, seed = 1;
+  bool sanitize = false;
+  auto* demo = app.add_subcommand("demo", "compile a few kernels, run them on the simulated NPU, check them "
+                                          "against host references and print the device counters");
+  demo->add_option("--cores", cores, "logical cores of the simulated NPU")->check(CLI::Range(1, 1024));
+  demo->add_flag("--sanitize", sanitize, "run with the simulator's hazard sanitizer on");
+  demo->add_option("--seed", seed, "random seed for the inputs");
+
+  std::string file;
+  auto* disasm = app.add_subcommand("disasm", "verify a kernel image file and print its disassembly");
+  disasm->add_option("FILE", file, "image file")->required();
+
+  CLI11_PARSE(app, argc, argv);
+  if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
+  if (disasm->parsed()) return disasm_file(file);
+  return 1;
+}

@@ -1,0 +1,304 @@
+// The simulated device's contract: memory, copies, streams, events, launches,
+// faults and counters.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "sim_test_util.h"
+
+namespace npurt {
+namespace {
+
+using namespace npurt::testing;
+using hal::KernelArg;
+
+TEST(SimDevice, RejectsBadOptionsNamingTheField) {
+  hal::SimOptions o;
+  o.num_cores = 0;
+  auto d = hal::create_sim_device(o);
+  ASSERT_FALSE(d.ok());
+  EXPECT_TRUE(contains(d.status(), "num_cores"));
+  o = {};
+  o.icache_line_bytes = 48;
+  EXPECT_TRUE(contains(hal::create_sim_device(o).status(), "icache_line_bytes"));
+}
+
+TEST(SimDevice, CopiesRoundTripAndAreCounted) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  const auto data = random_floats(1000, 1);
+  const auto before = dev->counters();
+  const auto addr = put(*dev, s, data);
+  auto back = get<float>(*dev, s, addr, data.size());
+  EXPECT_EQ(back, data);
+  const auto d = dev->counters() - before;
+  EXPECT_EQ(d.h2d_bytes, 4000u);
+  EXPECT_EQ(d.h2d_transfers, 1u);
+  EXPECT_EQ(d.d2h_bytes, 4000u);
+  EXPECT_EQ(d.d2h_transfers, 1u);
+
+  auto other = dev->allocate(4000).value();
+  NPURT_ASSERT_OK(dev->copy_on_device(s, other, addr, 4000));
+  EXPECT_EQ(get<float>(*dev, s, other, 1000), data);
+  EXPECT_EQ((dev->counters() - before).d2d_bytes, 4000u);
+}
+
+TEST(SimDevice, CopiesOutsideAllocationsAreRefused) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  auto a = dev->allocate(100).value();
+  std::vector<uint8_t> host(200);
+  Status st = dev->copy_to_device(s, a, host.data(), 101);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(contains(st, "not inside one live device allocation"));
+  EXPECT_EQ(dev->copy_to_host(s, host.data(), a + 50, 60).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(dev->copy_to_device(s, 12345, host.data(), 1).code(), StatusCode::kOutOfRange);
+  NPURT_ASSERT_OK(dev->free(a));
+  EXPECT_EQ(dev->copy_to_device(s, a, host.data(), 1).code(), StatusCode::kOutOfRange)
+      << "a freed block is not a copy target";
+  const auto live = dev->allocate(16).value();
+  EXPECT_EQ(dev->copy_to_device(999, live, host.data(), 1).code(), StatusCode::kNotFound);
+  NPURT_ASSERT_OK(dev->stream_synchronize(s));  // refused requests did not poison the stream
+}
+
+TEST(SimDevice, LaunchComputesOnEveryBlock) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  auto image = elementwise_kernel("add", isa::BinOp::kAdd);
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  const auto code = upload(*dev, *image);
+  const size_t n = 64 * 20;  // 20 blocks on 8 cores: blocks share cores
+  const auto x = random_floats(n, 2), y = random_floats(n, 3);
+  const auto dx = put(*dev, s, x), dy = put(*dev, s, y);
+  const auto dout = put(*dev, s, std::vector<float>(n, std::nanf("")));  // poisoned
+  NPURT_ASSERT_OK(dev->launch(s, {code, 20, {KernelArg::buffer(dx, n * 4), KernelArg::buffer(dy, n * 4),
+                                             KernelArg::buffer(dout, n * 4)}}));
+  NPURT_ASSERT_OK(dev->stream_synchronize(s));
+  const auto out = get<float>(*dev, s, dout, n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], x[i] + y[i]) << i;
+  EXPECT_EQ(dev->counters().launches, 1u);
+  EXPECT_EQ(dev->counters().blocks, 20u);
+}
+
+TEST(SimDevice, LaunchArgumentsAreCheckedAgainstTheSignature) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  const auto code = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
+  const auto buf = dev->allocate(256).value();
+  // Wrong count: an execution-time error on the stream, naming the kernel.
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::buffer(buf, 256)}}));
+  Status st = dev->stream_synchronize(s);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(st, "kernel 'add' takes 3 arguments, launch passed 1")) << st.to_string();
+  // A scalar where a buffer is expected.
+  auto s2 = dev->create_stream().value();
+  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, {KernelArg::buffer(buf, 256), KernelArg::scalar_i64(1),
+                                            KernelArg::buffer(buf, 256)}}));
+  EXPECT_TRUE(contains(dev->stream_synchronize(s2), "argument 1 must be a buffer"));
+  // A buffer range outside any allocation is refused at enqueue.
+  auto s3 = dev->create_stream().value();
+  EXPECT_EQ(dev->launch(s3, {code, 1, {KernelArg::buffer(buf, 512), KernelArg::buffer(buf, 256),
+                                       KernelArg::buffer(buf, 256)}}).code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(dev->launch(s3, {code, 0, {}}).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(SimDevice, OutOfBoundsAccessFaultsTheStreamAndTheDeviceStaysUsable) {
+  auto dev = make_sim();
+  auto bad_stream = dev->create_stream().value();
+  auto good_stream = dev->create_stream().value();
+  const auto code = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
+  const auto x = random_floats(64, 4);
+  const auto dx = put(*dev, good_stream, x);
+  const auto small = put(*dev, good_stream, std::vector<float>(16, 1.f));  // 64 B, kernel reads 256 B
+  const auto dout = dev->allocate(256).value();
+  NPURT_ASSERT_OK(dev->launch(bad_stream, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(small, 64),
+                                                      KernelArg::buffer(dout, 256)}}));
+  Status st = dev->stream_synchronize(bad_stream);
+  EXPECT_EQ(st.code(), StatusCode::kDeviceFault);
+  EXPECT_TRUE(contains(st, "out-of-bounds access to arg 1")) << st.to_string();
+  EXPECT_TRUE(contains(st, "kernel 'add'")) << st.to_string();
+  EXPECT_EQ(dev->counters().kernel_faults, 1u);
+  // The failed stream stays failed; later work on it is refused with the same error.
+  Status again = dev->copy_to_device(bad_stream, dout, x.data(), 4);
+  EXPECT_EQ(again.code(), StatusCode::kDeviceFault);
+  EXPECT_TRUE(contains(again, "error state"));
+  EXPECT_FALSE(dev->stream_query(bad_stream).ok());
+  NPURT_ASSERT_OK(dev->destroy_stream(bad_stream));
+  // Other streams, the same kernel with good arguments, and new streams all work.
+  const auto dy = put(*dev, good_stream, random_floats(64, 5));
+  NPURT_ASSERT_OK(dev->launch(good_stream, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(dy, 256),
+                                                       KernelArg::buffer(dout, 256)}}));
+  NPURT_ASSERT_OK(dev->stream_synchronize(good_stream));
+  auto fresh = dev->create_stream().value();
+  const auto out = get<float>(*dev, fresh, dout, 64);
+  const auto y = get<float>(*dev, fresh, dy, 64);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(out[i], x[i] + y[i]);
+}
+
+TEST(SimDevice, StreamsRunAsynchronouslyAndInOrder) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  const auto code = upload(*dev, busy_kernel().value());
+  const auto out = put(*dev, s, std::vector<float>{0.f});
+  // A long kernel, then a copy that reads its result: enqueue returns at once, the
+  // stream is not done yet, and the copy sees the kernel's write (FIFO order).
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::scalar_i64(20'000'000), KernelArg::scalar_f32(7.f),
+                                            KernelArg::buffer(out, 4)}}));
+  float host = -1.f;
+  NPURT_ASSERT_OK(dev->copy_to_host(s, &host, out, 4));
+  auto done = dev->stream_query(s);
+  ASSERT_TRUE(done.ok());
+  EXPECT_FALSE(*done) << "a 20M-iteration kernel cannot have finished during enqueue";
+  NPURT_ASSERT_OK(dev->stream_synchronize(s));
+  EXPECT_TRUE(dev->stream_query(s).value());
+  EXPECT_EQ(host, 7.f);
+}
+
+TEST(SimDevice, EventsOrderTwoStreams) {
+  auto dev = make_sim();
+  auto producer = dev->create_stream().value();
+  auto consumer = dev->create_stream().value();
+  const auto code = upload(*dev, busy_kernel().value());
+  const auto out = put(*dev, producer, std::vector<float>{0.f});
+  auto ev = dev->create_event().value();
+
+  auto run = [&](bool wait, float value) {
+    float host = -1.f;
+    EXPECT_TRUE(dev->launch(producer, {code, 1, {KernelArg::scalar_i64(20'000'000), KernelArg::scalar_f32(value),
+                                                 KernelArg::buffer(out, 4)}}).ok());
+    EXPECT_TRUE(dev->record_event(producer, ev).ok());
+    if (wait) {
+      EXPECT_TRUE(dev->wait_event(consumer, ev).ok());
+    }
+    EXPECT_TRUE(dev->copy_to_host(consumer, &host, out, 4).ok());
+    EXPECT_TRUE(dev->stream_synchronize(consumer).ok());
+    EXPECT_TRUE(dev->event_synchronize(ev).ok());
+    EXPECT_TRUE(dev->event_query(ev).value());
+    return host;
+  };
+  // Without the event the consumer's copy overtakes the long kernel (this is what
+  // the event is for); with it the copy sees the kernel's write.
+  EXPECT_EQ(run(false, 1.f), 0.f);
+  EXPECT_EQ(run(true, 2.f), 2.f);
+}
+
+TEST(SimDevice, EventQueryIsNonBlocking) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  const auto code = upload(*dev, busy_kernel().value());
+  const auto out = put(*dev, s, std::vector<float>{0.f});
+  auto ev = dev->create_event().value();
+  EXPECT_TRUE(dev->event_query(ev).value()) << "a never-recorded event is complete";
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::scalar_i64(20'000'000), KernelArg::scalar_f32(1.f),
+                                            KernelArg::buffer(out, 4)}}));
+  NPURT_ASSERT_OK(dev->record_event(s, ev));
+  EXPECT_FALSE(dev->event_query(ev).value());
+  NPURT_ASSERT_OK(dev->event_synchronize(ev));
+  EXPECT_TRUE(dev->event_query(ev).value());
+  NPURT_ASSERT_OK(dev->destroy_event(ev));
+  EXPECT_EQ(dev->event_query(ev).status().code(), StatusCode::kNotFound);
+}
+
+TEST(SimDevice, EventAfterAFaultReportsTheFaultToWaiters) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  auto consumer = dev->create_stream().value();
+  const auto code = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
+  const auto small = dev->allocate(4).value();
+  auto ev = dev->create_event().value();
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::buffer(small, 4), KernelArg::buffer(small, 4),
+                                            KernelArg::buffer(small, 4)}}));
+  NPURT_ASSERT_OK(dev->record_event(s, ev));
+  NPURT_ASSERT_OK(dev->wait_event(consumer, ev));
+  EXPECT_EQ(dev->event_synchronize(ev).code(), StatusCode::kDeviceFault);
+  Status st = dev->stream_synchronize(consumer);
+  EXPECT_EQ(st.code(), StatusCode::kDeviceFault) << "a waiter must not run on a failed producer's data";
+  EXPECT_TRUE(contains(st, "producer failed"));
+}
+
+TEST(SimDevice, StreamCountersCountCreatesAndDestroys) {
+  auto dev = make_sim();
+  for (int i = 0; i < 5; ++i) NPURT_ASSERT_OK(dev->destroy_stream(dev->create_stream().value()));
+  EXPECT_EQ(dev->counters().streams_created, 5u);
+  EXPECT_EQ(dev->counters().streams_destroyed, 5u);
+  EXPECT_EQ(dev->destroy_stream(12345).code(), StatusCode::kNotFound);
+}
+
+TEST(SimDevice, BarrierOrdersBlocksWithinOneLaunch) {
+  using namespace isa;
+  // Block i writes i+1 to slot i; after the barrier block i reads slot (i+1) % n.
+  // Without the barrier the read could precede the neighbour's write.
+  KernelBuilder b("rotate");
+  const uint8_t buf = b.arg_buffer("buf", Access::kInOut, DType::kF32);
+  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
+  const Reg bid{0}, cnt{1}, off{2}, v{3}, nxt{4};
+  const Tile t{0};
+  b.block_id(bid);
+  b.block_count(cnt);
+  b.tdef(t, DType::kF32, 1, 1);
+  b.alui(AluOp::kAdd, v, bid, 1);
+  b.i2f(v, v);
+  b.tfill(t, v);
+  b.alui(AluOp::kMul, off, bid, 4);
+  b.tst(t, buf, off, DType::kF32);
+  b.barrier();
+  b.alui(AluOp::kAdd, nxt, bid, 1);
+  b.alu(AluOp::kRem, nxt, nxt, cnt);
+  b.alui(AluOp::kMul, nxt, nxt, 4);
+  b.tld(t, buf, nxt, DType::kF32);
+  b.tst(t, out, off, DType::kF32);
+  auto image = b.build();
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  ASSERT_TRUE(image->uses_barrier());
+
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  const auto code = upload(*dev, *image);
+  const auto dbuf = put(*dev, s, std::vector<float>(8, 0.f));
+  const auto dout = put(*dev, s, std::vector<float>(8, -1.f));
+  NPURT_ASSERT_OK(dev->launch(s, {code, 8, {KernelArg::buffer(dbuf, 32), KernelArg::buffer(dout, 32)}}));
+  NPURT_ASSERT_OK(dev->stream_synchronize(s));
+  const auto r = get<float>(*dev, s, dout, 8);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(r[i], static_cast<float>((i + 1) % 8 + 1)) << i;
+
+  // A barrier kernel needs all of its blocks resident at once.
+  NPURT_ASSERT_OK(dev->launch(s, {code, 9, {KernelArg::buffer(dbuf, 32), KernelArg::buffer(dout, 32)}}));
+  EXPECT_TRUE(contains(dev->stream_synchronize(s), "grid barrier"));
+}
+
+TEST(SimDevice, SanitizerReportsReadsOfNeverWrittenMemory) {
+  hal::SimOptions o;
+  o.sanitize = true;
+  auto dev = make_sim(o);
+  auto s = dev->create_stream().value();
+  const auto code = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
+  const auto dx = put(*dev, s, random_floats(64, 6));
+  const auto dy = dev->allocate(256).value();  // never written
+  const auto dout = dev->allocate(256).value();
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(dy, 256),
+                                            KernelArg::buffer(dout, 256)}}));
+  Status st = dev->stream_synchronize(s);
+  EXPECT_EQ(st.code(), StatusCode::kHazard);
+  EXPECT_TRUE(contains(st, "read of never-written global memory")) << st.to_string();
+  EXPECT_TRUE(contains(st, "kernel 'add'"));
+  EXPECT_EQ(dev->counters().hazard_uninit_read, 1u);
+
+  // Written, it is fine; freed and reallocated, it is garbage again.
+  auto s2 = dev->create_stream().value();
+  const std::vector<float> y = random_floats(64, 7);
+  NPURT_ASSERT_OK(dev->copy_to_device(s2, dy, y.data(), 256));
+  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(dy, 256),
+                                             KernelArg::buffer(dout, 256)}}));
+  NPURT_ASSERT_OK(dev->stream_synchronize(s2));
+  NPURT_ASSERT_OK(dev->free(dy));
+  const auto again = dev->allocate(256).value();
+  ASSERT_EQ(again, dy);
+  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(again, 256),
+                                             KernelArg::buffer(dout, 256)}}));
+  EXPECT_EQ(dev->stream_synchronize(s2).code(), StatusCode::kHazard);
+}
+
+}  // namespace
+}  // namespace npurt
