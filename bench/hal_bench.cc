@@ -2,7 +2,8 @@
 // in the same process:
 //   * launch overhead (enqueue only; submit + wait round trip) vs. a two-thread
 //     atomic ping-pong, the cheapest possible cross-thread round trip here;
-//   * DMA host->device and device->host bandwidth vs. plain memcpy of the same size.
+//   * DMA host->device and device->host bandwidth vs. plain memcpy of the same size;
+//   * tile matrix multiply (TMMA executed by simulated cores) vs. the f32 FMA peak.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "fma_peak.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/builder.h"
 
@@ -185,4 +187,73 @@ void BM_DmaToHost(benchmark::State& state) { dma(state, false); }
 BENCHMARK(BM_DmaToDevice)->Arg(1 << 20)->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
 BENCHMARK(BM_DmaToHost)->Arg(1 << 20)->Arg(16 << 20)->Arg(64 << 20)->UseRealTime();
 
+// ---- tile matrix multiply on the device vs. the FMA peak ----
+
+// One kernel per block: C (64x64 f32) += A (64x64) * B (64x64) `count` times on
+// tiles resident in local memory, so the loop measures TMMA itself.
+hal::DeviceAddr tmma_kernel(hal::Device& dev, isa::DType in_type) {
+  using namespace isa;
+  constexpr int kN = 64;
+  KernelBuilder b(in_type == DType::kF32 ? "tmma_f32" : "tmma_bf16");
+  const uint8_t count = b.arg_scalar("count", DType::kI32);
+  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
+  const Reg n{0}, one{1}, off{2};
+  const Tile a{0}, bt{1}, c{2}, af{3};
+  const uint32_t esz = static_cast<uint32_t>(dtype_size(in_type));
+  b.arg_value(n, count);
+  b.li(one, 0x3c23d70a);  // 0.01f: keeps the accumulator finite
+  b.tdef(af, DType::kF32, kN, kN, 0);
+  b.tfill(af, one);
+  b.tdef(a, in_type, kN, kN, kN * kN * 4);
+  b.tcvt(a, af);
+  b.tdef(bt, in_type, kN, kN, kN * kN * (4 + esz));
+  b.tcvt(bt, af);
+  b.tdef(c, DType::kF32, kN, kN, kN * kN * (4 + 2 * esz));
+  b.tfill(c, one);
+  b.loop_begin(n);
+  b.tmma(c, a, bt, kAccumulate);
+  b.loop_end();
+  b.block_id(off);
+  b.alui(AluOp::kMul, off, off, kN * kN * 4);
+  b.tst(c, out, off, DType::kF32);
+  const Image image = b.build().value();
+  const hal::DeviceAddr addr = dev.allocate(image.bytes().size()).value();
+  if (!dev.upload_code(addr, image).ok()) std::abort();
+  return addr;
+}
+
+void BM_TileMatmulOnDevice(benchmark::State& state) {
+  const auto in_type = static_cast<isa::DType>(state.range(0));
+  const uint32_t grid = static_cast<uint32_t>(state.range(1));
+  hal::SimOptions o;
+  o.global_memory_bytes = 64ull << 20;
+  auto dev = std::move(hal::create_sim_device(o)).value();
+  const hal::DeviceAddr code = tmma_kernel(*dev, in_type);
+  const hal::StreamId stream = dev->create_stream().value();  // after the upload: no stale lines
+  const hal::DeviceAddr out = dev->allocate(grid * 64 * 64 * 4).value();
+  constexpr int64_t kCount = 200;
+  const hal::LaunchParams p{code, grid, {hal::KernelArg::scalar_i64(kCount), hal::KernelArg::buffer(out, grid * 64 * 64 * 4)}};
+  Samples samples;
+  for (auto _ : state) {
+    samples.time([&] {
+      if (!dev->launch(stream, p).ok() || !dev->stream_synchronize(stream).ok()) state.SkipWithError("launch failed");
+    });
+  }
+  dev->destroy_stream(stream).ignore();
+  const double flops = 2.0 * 64 * 64 * 64 * kCount * grid;
+  const double gflops = flops / samples.median() / 1e9;
+  // The simulator runs cores on min(grid, host threads) host threads.
+  const double threads = std::min<double>(grid, std::max(1u, std::thread::hardware_concurrency()));
+  state.counters["median_GFLOPs"] = gflops;
+  state.counters["fma_peak_GFLOPs"] = bench::fma_peak_gflops() * threads;
+  state.counters["ratio_to_peak"] = gflops / (bench::fma_peak_gflops() * threads);
+}
+BENCHMARK(BM_TileMatmulOnDevice)
+    ->ArgNames({"dtype", "grid"})
+    ->Args({static_cast<int64_t>(isa::DType::kF32), 1})
+    ->Args({static_cast<int64_t>(isa::DType::kBF16), 1})
+    ->Args({static_cast<int64_t>(isa::DType::kF32), 2})
+    ->UseRealTime();
+
 }  // namespace
+

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fma_peak.h"
 #include "hal/sim/tile_kernels.h"
 
 namespace npurt::sim {
@@ -20,25 +21,7 @@ namespace {
 
 using isa::DType;
 
-// Best of several timed runs of register-only FMAs: the machine's single-core peak.
-// Timed in CPU time, like the benchmarks it is compared with, so that time the
-// process spends descheduled on a shared machine counts in neither.
-double MeasurePeakGflops() {
-  tile_kernels_fma_probe(1 << 20);  // let the clock and vector units settle
-  double best = 0.0;
-  for (int run = 0; run < 5; ++run) {
-    const std::clock_t start = std::clock();
-    const uint64_t flops = tile_kernels_fma_probe(1 << 22);
-    const double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
-    if (seconds > 0.0) best = std::max(best, static_cast<double>(flops) / seconds * 1e-9);
-  }
-  return best;
-}
-
-double PeakGflops() {
-  static const double peak = MeasurePeakGflops();
-  return peak;
-}
+double PeakGflops() { return bench::fma_peak_gflops(); }
 
 // Adds GFLOP/s and peak_ratio counters for `flops` floating-point operations per
 // iteration. Both are rates, so the library divides them by the measured time.
@@ -133,7 +116,9 @@ void BM_ConvertBF16ToF32(benchmark::State& state) {
 }
 BENCHMARK(BM_ConvertBF16ToF32)->Arg(64)->Arg(4096);
 
-const char* TypeName(DType t) { return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16"; }
+const char* TypeName(DType t) {
+  return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16";
+}
 
 // Square tiles (B not transposed) and the GEMV-like dot-product shape, for f32, bf16
 // and bf16 weights with f32 activations.

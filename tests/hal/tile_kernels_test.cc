@@ -70,7 +70,7 @@ class Random {
   std::mt19937_64 gen_;
 };
 
-// ---- Reference conversions ----------------------------------------------------------------
+// ---- Reference conversions --------------------------------------------------------------
 
 double BF16Value(uint16_t h) {
   const int exp = (h >> 7) & 0xFF;
@@ -207,7 +207,7 @@ uint32_t EncodingAt(DType type, const std::vector<uint8_t>& bytes, size_t i) {
   return bits;
 }
 
-// ---- Other scalar references --------------------------------------------------------------
+// ---- Other scalar references ------------------------------------------------------------
 
 double RefBinary(BinOp op, double a, double b) {
   switch (op) {
@@ -280,7 +280,7 @@ double RefReduce(RedOp op, const float* row, size_t cols) {
   return op == RedOp::kArgmax ? best : acc;
 }
 
-// ---- Comparison helpers ----------------------------------------------------------------------
+// ---- Comparison helpers -----------------------------------------------------------------
 
 // sqrt(sum (got - want)^2 / sum scale^2), with scale = |want| by default. Sums pass
 // scale = the sum of the terms' magnitudes: an f32 sum is accurate relative to that,
@@ -354,7 +354,7 @@ TEST_P(TileKernelsTest, RunsRequestedTarget) {
   EXPECT_GT(tile_kernels_fma_probe(10), 0u);
 }
 
-// ---- convert ---------------------------------------------------------------------------------
+// ---- convert ----------------------------------------------------------------------------
 
 // Hand-picked f32 inputs: rounding ties, range edges, subnormals, specials.
 std::vector<float> SpecialFloats() {
@@ -474,10 +474,12 @@ TEST_P(TileKernelsTest, ConvertUnalignedAndEmpty) {
   }
 }
 
-// ---- binary / binary_scalar -------------------------------------------------------------------
+// ---- binary / binary_scalar -------------------------------------------------------------
 
 // Operands for an op: divisors and everything else stay away from zero.
-std::vector<float> BinaryOperand(size_t n, Random& rng) { return rng.SignedVector(n, 0.01f, 100.0f); }
+std::vector<float> BinaryOperand(size_t n, Random& rng) {
+  return rng.SignedVector(n, 0.01f, 100.0f);
+}
 
 void ExpectBinaryMatches(BinOp op, const std::vector<float>& a, const std::vector<float>& b,
                          const float* got, size_t n, const char* what) {
@@ -540,12 +542,13 @@ TEST_P(TileKernelsTest, MaxMinWithNaNReturnSecondOperand) {
     std::vector<float> out(a.size());
     binary(op, a.data(), b.data(), out.data(), a.size());
     for (size_t i = 0; i < a.size(); ++i) {
-      EXPECT_TRUE(SameFloat(out[i], static_cast<float>(RefBinary(op, a[i], b[i])))) << Name(op) << i;
+      EXPECT_TRUE(SameFloat(out[i], static_cast<float>(RefBinary(op, a[i], b[i]))))
+          << Name(op) << " i=" << i;
     }
   }
 }
 
-// ---- unary --------------------------------------------------------------------------------------
+// ---- unary ------------------------------------------------------------------------------
 
 struct UnaryCase {
   float lo, hi;     // magnitude range of random inputs
@@ -650,7 +653,7 @@ TEST_P(TileKernelsTest, UnarySpecialValues) {
   EXPECT_FALSE(std::signbit(out[6]));
 }
 
-// ---- reduce_rows ------------------------------------------------------------------------------
+// ---- reduce_rows ------------------------------------------------------------------------
 
 void CheckReduce(RedOp op, const std::vector<float>& in, size_t rows, size_t cols) {
   std::vector<float> out(rows + kGuard, kCanary);
@@ -664,7 +667,9 @@ void CheckReduce(RedOp op, const std::vector<float>& in, size_t rows, size_t col
       ASSERT_EQ(got, static_cast<int32_t>(want[r])) << "argmax row " << r << " cols " << cols;
     }
   } else if (op == RedOp::kMax) {
-    for (size_t r = 0; r < rows; ++r) ASSERT_EQ(out[r], static_cast<float>(want[r])) << "max row " << r;
+    for (size_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(out[r], static_cast<float>(want[r])) << "max row " << r;
+    }
   } else {
     std::vector<double> magnitude(rows);
     for (size_t r = 0; r < rows; ++r) {
@@ -724,7 +729,7 @@ TEST_P(TileKernelsTest, MaxAndArgmaxTreatNaNAsMinusInfinity) {
   CheckReduce(RedOp::kArgmax, rows, 4, cols);
 }
 
-// ---- matmul ---------------------------------------------------------------------------------------
+// ---- matmul -----------------------------------------------------------------------------
 
 // A matmul operand: its bytes in `type` and the exact values they encode.
 struct Operand {

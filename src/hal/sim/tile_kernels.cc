@@ -30,8 +30,9 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "hal/sim/tile_kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
-// foreach_target.h must come first.
+// Highway headers below must follow foreach_target.h.
 #include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 
@@ -72,7 +73,7 @@ struct KernelTable {
 };
 
 // Per-thread, grow-only buffers for matmul's repacked operands.
-enum ScratchSlot { kScratchB, kScratchBRows, kNumScratchSlots };
+enum ScratchSlot { kScratchA, kScratchB, kScratchBRows, kNumScratchSlots };
 float* scratch_floats(ScratchSlot slot, size_t count);
 
 inline constexpr size_t div_ceil(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -109,10 +110,11 @@ constexpr size_t kVectorRegs = 16;
 
 // ---- Element formats and conversions ------------------------------------------------
 
-struct F32 { using T = float; static constexpr DType kType = DType::kF32; };
-struct BF16 { using T = uint16_t; static constexpr DType kType = DType::kBF16; };
-struct F16 { using T = uint16_t; static constexpr DType kType = DType::kF16; };
-struct I32 { using T = int32_t; static constexpr DType kType = DType::kI32; };
+// Element formats as types, so that kernels are instantiated per format.
+struct F32 { using T = float; };
+struct BF16 { using T = uint16_t; };  // raw bf16 bits
+struct F16 { using T = uint16_t; };   // raw IEEE binary16 bits
+struct I32 { using T = int32_t; };
 
 HWY_INLINE VF BF16ToF32(VH h) {
   return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(DU(), h)));
@@ -183,7 +185,8 @@ HWY_INLINE VH F32ToF16(VF v) {
   // ulp of 0.5, so the FPU's own nearest-even rounding does the work.
   const VU subnormal = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, mag), hn::Set(df, 0.5f))),
                                hn::Set(du, 0x3F000000u));
-  const VU nan = hn::Or(hn::Set(du, 0x7E00u), hn::And(hn::ShiftRight<13>(mag), hn::Set(du, 0x3FFu)));
+  const VU payload = hn::And(hn::ShiftRight<13>(mag), hn::Set(du, 0x3FFu));
+  const VU nan = hn::Or(hn::Set(du, 0x7E00u), payload);
   const VU inf_nan = hn::IfThenElse(hn::RebindMask(du, hn::Gt(mag_i, hn::Set(di, 0x7F800000))),
                                     nan, hn::Set(du, 0x7C00u));
   VU r = hn::IfThenElse(hn::RebindMask(du, hn::Lt(mag_i, hn::Set(di, 113 << 23))), subnormal,
@@ -495,6 +498,17 @@ struct RowF16 {
   }
 };
 
+// How far ahead of use A rows are prefetched. With several A rows streaming at once
+// the hardware prefetchers alone leave the bf16 GEMV shape waiting on L2.
+constexpr size_t kDotPrefetchBytes = 512;
+
+// The address is computed as an integer: it may lie past the end of the row's array,
+// which a prefetch tolerates but pointer arithmetic does not.
+HWY_INLINE void PrefetchAhead(const void* p) {
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(p) + kDotPrefetchBytes;
+  hwy::Prefetch(reinterpret_cast<const uint8_t*>(ahead));
+}
+
 // One chunk: accumulates A[r] chunk vector v * B[s] chunk vector v into
 // acc[r][s][v % kAcc].
 template <class Row, size_t R, size_t S, size_t kAcc>
@@ -512,6 +526,7 @@ HWY_INLINE void DotStep(const typename Row::T* a, size_t lda, const float* b, si
 #pragma GCC unroll 8
     for (size_t r = 0; r < R; ++r) {
       VF lo, hi;
+      PrefetchAhead(a + r * lda + q * kN);
       Row::Load(a + r * lda + q * kN, lo, hi);
 #pragma GCC unroll 8
       for (size_t s = 0; s < S; ++s) {
@@ -627,14 +642,16 @@ void DeinterleavePairs(float* row, size_t len) {
 #endif
 }
 
-// Column j of the k x n matrix B as a contiguous f32 row (n < kN: one partial vector
-// per B row).
+// Column j of the k x n matrix B as a contiguous f32 row j of `out`. Used for n < kN,
+// where each B row is a single partial vector.
 void TransposeToF32(const void* b, DType type, size_t n, size_t k, float* out, size_t ld_out) {
-  HWY_DASSERT(n <= kN);
   float row[kN];
   for (size_t p = 0; p < k; ++p) {
-    ToF32(type, ElementAt(b, type, p * n), row, n);
-    for (size_t j = 0; j < n; ++j) out[j * ld_out + p] = row[j];
+    for (size_t j0 = 0; j0 < n; j0 += kN) {
+      const size_t count = std::min(kN, n - j0);
+      ToF32(type, ElementAt(b, type, p * n + j0), row, count);
+      for (size_t j = 0; j < count; ++j) out[(j0 + j) * ld_out + p] = row[j];
+    }
   }
 }
 
@@ -749,33 +766,41 @@ struct OuterOperand {
   size_t stride;
 };
 
-// C = A * B with A in Format (row stride k). Non-f32 A is converted one register block
-// of rows and one k slice at a time into an L1-resident buffer, once per panel.
+// C = A * B with A in Format (row stride k). Non-f32 A is converted one k slice at a
+// time (m x slice floats in scratch), so each element is converted once and the
+// slice stays in cache while every panel uses it.
 template <class Format>
 void OuterMatmul(const typename Format::T* a, const OuterOperand& b, float* c, size_t m,
                  size_t n, size_t k, bool accumulate) {
   static constexpr auto kBlocks = OuterBlocks(std::make_index_sequence<kOuterRows>());
   constexpr bool kConvertA = !std::is_same_v<Format, F32>;
-  HWY_ALIGN float a_block[kConvertA ? kOuterRows * kOuterSlice : 1];
+  float* a_slice = kConvertA ? detail::scratch_floats(detail::kScratchA, m * kOuterSlice) : nullptr;
   for (size_t p0 = 0; p0 < k; p0 += kOuterSlice) {
     const size_t kc = std::min(kOuterSlice, k - p0);
     const bool add_to_c = accumulate || p0 != 0;
+    const float* a_rows = nullptr;
+    size_t lda = k;
+    if constexpr (kConvertA) {
+      if (kc == k) {  // one slice: the rows are contiguous
+        ConvertKernel<Format, F32>(a, a_slice, m * k);
+      } else {
+        for (size_t i = 0; i < m; ++i) {
+          ConvertKernel<Format, F32>(a + i * k + p0, a_slice + i * kc, kc);
+        }
+      }
+      a_rows = a_slice;
+      lda = kc;
+    } else {
+      a_rows = a + p0;
+    }
     for (size_t j0 = 0; j0 < n; j0 += b.width) {
       const size_t cols = std::min(b.width, n - j0);
       const size_t vecs = div_ceil(cols, kN);
       const float* b_slice = b.data + j0 / b.width * b.stride + p0 * b.ld;
       for (size_t i0 = 0; i0 < m; i0 += kOuterRows) {
         const size_t rows = std::min(kOuterRows, m - i0);
-        const auto* a_rows = a + i0 * k + p0;
-        float* c_block = c + i0 * n + j0;
-        if constexpr (kConvertA) {
-          for (size_t r = 0; r < rows; ++r) {
-            ConvertKernel<Format, F32>(a_rows + r * k, a_block + r * kc, kc);
-          }
-          kBlocks[rows - 1][vecs - 1](a_block, kc, b_slice, b.ld, kc, c_block, n, cols, add_to_c);
-        } else {
-          kBlocks[rows - 1][vecs - 1](a_rows, k, b_slice, b.ld, kc, c_block, n, cols, add_to_c);
-        }
+        kBlocks[rows - 1][vecs - 1](a_rows + i0 * lda, lda, b_slice, b.ld, kc, c + i0 * n + j0,
+                                    n, cols, add_to_c);
       }
     }
   }

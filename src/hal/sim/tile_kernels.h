@@ -57,7 +57,8 @@ void unary(isa::UnOp op, const float* in, float* out, size_t n);
 //   kSum, kSumSq: f32 sum / sum of squares (0 for cols == 0);
 //   kMax:         f32 maximum (-inf for cols == 0);
 //   kArgmax:      int32 index of the first element equal to the maximum (-1 for cols == 0).
-// out holds `rows` float values, or int32_t values for kArgmax. Max and argmax treat
+// out holds `rows` float values, or int32_t values for kArgmax; it may be the same
+// array as in (each row is read before its result is written). Max and argmax treat
 // NaN elements as -inf (a row of NaNs has max -inf and argmax 0). Sums are computed
 // with several partial accumulators, so their rounding differs from a sequential sum.
 void reduce_rows(isa::RedOp op, const float* in, size_t rows, size_t cols, void* out);
