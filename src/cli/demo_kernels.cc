@@ -7,6 +7,7 @@
 #include <random>
 
 #include "hal/sim/tile_kernels.h"
+#include "npurt/exec/code_registry.h"
 #include "npurt/isa/builder.h"
 
 namespace npurt::cli {
@@ -190,19 +191,15 @@ StatusOr<DemoResult> run_on_stream(hal::Device& dev, hal::StreamId s, const Case
                     c.image->layout().code_bytes};
 }
 
-StatusOr<DemoResult> run_case(hal::Device& dev, const Case& c) {
+StatusOr<DemoResult> run_case(hal::Device& dev, exec::CodeRegistry& registry, const Case& c) {
   if (!c.image.ok()) return c.image.status().with_context("compiling " + c.name);
-  NPURT_ASSIGN_OR_RETURN(hal::DeviceAddr code, dev.allocate(c.image->bytes().size()));
-  std::vector<hal::DeviceAddr> owned = {code};
-  Status st = dev.upload_code(code, *c.image);
+  NPURT_ASSIGN_OR_RETURN(exec::CodeHandle code, registry.register_image(*c.image));
   // Code was just published, possibly at the address of the previous case's image:
   // only a stream created after the publication is guaranteed free of stale lines.
-  StatusOr<DemoResult> result = st;
-  if (st.ok()) {
-    NPURT_ASSIGN_OR_RETURN(hal::StreamId s, dev.create_stream());
-    result = run_on_stream(dev, s, c, code, owned);
-    st = dev.destroy_stream(s);
-  }
+  NPURT_ASSIGN_OR_RETURN(hal::StreamId s, dev.create_stream());
+  std::vector<hal::DeviceAddr> owned;
+  StatusOr<DemoResult> result = run_on_stream(dev, s, c, code.address(), owned);
+  Status st = dev.destroy_stream(s);
   for (hal::DeviceAddr a : owned) {
     Status freed = dev.free(a);
     if (st.ok()) st = freed;
@@ -216,9 +213,10 @@ StatusOr<DemoResult> run_case(hal::Device& dev, const Case& c) {
 
 StatusOr<std::vector<DemoResult>> run_demo_kernels(hal::Device& device, uint32_t seed) {
   std::mt19937 rng(seed);
+  exec::CodeRegistry registry(device);
   std::vector<DemoResult> results;
   for (auto make : {vector_add, gemv_bf16, gemm_f32, softmax_rows}) {
-    NPURT_ASSIGN_OR_RETURN(DemoResult r, run_case(device, make(rng)));
+    NPURT_ASSIGN_OR_RETURN(DemoResult r, run_case(device, registry, make(rng)));
     results.push_back(std::move(r));
   }
   return results;

@@ -64,6 +64,7 @@ struct SimStream {
   std::atomic<uint64_t> completed{0};
   Status error;                        // guarded by mu
   bool stopping = false;               // guarded by mu
+  std::atomic<bool> stop_requested{false};  // lets the idle spin notice a destroy
   bool fresh = true;                   // only the stream thread touches it
   std::thread thread;
 };
@@ -363,6 +364,7 @@ class SimDevice final : public Device {
       std::lock_guard<std::mutex> lock(s.mu);
       s.stopping = true;
     }
+    s.stop_requested.store(true, std::memory_order_release);
     s.work_cv.notify_one();
     s.thread.join();
   }
@@ -370,7 +372,8 @@ class SimDevice final : public Device {
   void stream_loop(SimStream& s) {
     uint64_t taken = 0;
     for (;;) {
-      spin_until([&] { return s.posted.load(std::memory_order_acquire) != taken; }, kHostSpins);
+      spin_until([&] { return s.posted.load(std::memory_order_acquire) != taken || s.stop_requested.load(); },
+                 kHostSpins);
       Command c;
       Status prior;
       {
