@@ -1,0 +1,186 @@
+// MemoryContext: host/device coherence and ordering for a device's buffers.
+//
+// The context creates Buffers (buffer.h) and is the only thing that moves their
+// bytes. It keeps, per buffer,
+//   * a CoherenceMap: for every byte range, which side holds the newest bytes
+//     (host-newer, device-newer, both valid, uninitialized);
+//   * a dependency map: for every byte range of the device copy, the last device
+//     operation that writes it and the ones that read it, as device events;
+//   * in tracked mode, a PageWriteTracker over the host mirror.
+//
+// Rules (DESIGN.md invariants 1, 2, 5, 6):
+//   * Host writes are recorded for their exact bytes: write()/overwrite() guards
+//     (host_access.h) and mark_host_written() mark their view host-newer; in tracked
+//     mode raw writes are recorded per page (below).
+//   * A sync moves exactly the stale bytes of the requested view: to_device(view)
+//     and the inputs of a launch upload the view's host-newer bytes; read()/write()
+//     guards and to_host(view) download its device-newer bytes. Nothing else moves:
+//     a sync of view B never clears view A's mark, never uploads A, and never
+//     overwrites a sibling's newer device bytes; resident data is uploaded once.
+//   * launch() binds views to the image's argument signature. `in` and `inout`
+//     views are synced first; `out` and `inout` views are device-newer afterwards,
+//     every time, so a later host read of an output always fetches what that launch
+//     wrote. An `out` argument promises the kernel writes every byte of its view
+//     (host bytes it held are superseded); use `inout` for partial writes.
+//   * Ordering (read-after-write, write-after-read, write-after-write): a launch
+//     and its input uploads wait for the device operations that last wrote the
+//     bytes they read or write, and for those still reading bytes they overwrite,
+//     on whatever stream those ran; to_device() waits likewise on the host, and
+//     host fetches wait for the writer of the bytes they fetch. Operations on one
+//     stream are ordered by the stream itself.
+//   * A buffer's device memory is freed only after the device work using it
+//     completed (deferred, never refused).
+//   * Bad input (a view out of range or of a freed buffer, a launch whose arguments
+//     do not match the image, a view of another context) is a Status naming the
+//     problem; nothing is enqueued and the device stays usable.
+//
+// What "sync" means in time. to_device(), to_host(), read(), write() and
+// overwrite() are synchronous: when they return, the bytes have moved (they run on
+// the context's internal stream and block the calling thread, including on the
+// device work they must wait for). launch() is asynchronous: it enqueues the input
+// uploads, the waits and the launch on the caller's stream and returns. Its
+// uploads read a snapshot of the stale host bytes taken during the call, so the
+// host may write the mirror again as soon as launch() returns.
+//
+// Tracked mode (BufferOptions::track_writes, Buffer::enable_tracking()). The mirror
+// is write-protected; the first write to a clean page, from any thread and by any
+// means (memcpy, std::copy, strided loops, another thread), is caught and the page
+// recorded as dirty. Before a buffer's bytes are synced or fetched, the dirty pages
+// of the affected range are collected: their bytes become host-newer (so uploads
+// are page-granular for raw writes) and the pages are protected again. Bytes that
+// are device-newer stay device-newer: the mirror holds stale bytes there, and a raw
+// write into them (rather than after fetching them, or through overwrite() /
+// mark_host_written()) cannot be told apart from the stale bytes around it, so the
+// device's bytes win. MemoryStats::tracked_conflict_pages counts dirty pages that
+// held such bytes. Downloads into the mirror and guard writes are not counted as
+// raw writes. A raw write must happen-before the context call that should see it
+// (as for any shared data); a raw write racing with a fetch into the same page may
+// be lost.
+//
+// Threading: all methods are thread-safe; one mutex per context serializes them,
+// including their waits on the device (so a read() waiting for a long kernel delays
+// other threads' calls on the same context). launch() may be called from any
+// thread with any stream, such as a Worker's run callable with its slot's stream.
+//
+// Lifetime: the context must be destroyed before the device; its destructor waits
+// for all device work it enqueued or depends on, frees every buffer's device memory
+// and destroys its stream and events. Buffers, views and guards may outlive it:
+// their calls then fail with kFailedPrecondition, and destroying them is safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "npurt/base/status.h"
+#include "npurt/hal/device.h"
+#include "npurt/isa/image.h"
+#include "npurt/memory/buffer.h"
+#include "npurt/memory/host_access.h"
+#include "npurt/memory/launch_arg.h"
+
+namespace npurt {
+
+enum class CoherencePolicy : uint8_t {
+  // Exact per-range tracking: the rules above.
+  kExact,
+  // WRONG on purpose: emulates the production runtime whose stale-data bugs the
+  // exact policy prevents, so that tests can show they catch them. Per buffer it
+  // keeps two flags instead of a coherence map:
+  //   * a residency flag: the first sync of any view uploads the whole buffer and
+  //     sets it (the "initial upload"); after that, a declared host write on any view
+  //     sets one shared dirty flag, and the next sync of any view uploads that view
+  //     only and clears the flag (a sibling's sync swallows the mark);
+  //   * a read-back flag: set by the first launch that writes the buffer, cleared by
+  //     the next host fetch, which downloads the whole buffer; later launches do not
+  //     set it again (looped dispatches return a stale output);
+  // and it ignores tracked-mode raw writes. Dependencies are tracked as in kExact.
+  kNaiveResidencyFlags,
+};
+
+const char* coherence_policy_name(CoherencePolicy policy);
+
+struct MemoryOptions {
+  CoherencePolicy policy = CoherencePolicy::kExact;
+  // false is WRONG on purpose, for tests only: transfers and launches no longer wait
+  // for conflicting work on other streams (dependencies are still recorded, and
+  // frees still deferred), so tests can show they catch ordering hazards.
+  bool order_conflicting_work = true;
+  // Staging memory kept for reuse by launch() uploads once their copies completed.
+  uint64_t max_pooled_staging_bytes = 64ull << 20;
+};
+
+// Counters since the context's creation. The device's own Counters are the
+// independent evidence of bytes moved; these say why.
+struct MemoryStats {
+  uint64_t buffers_created = 0;
+  uint64_t buffers_live = 0;
+  uint64_t h2d_bytes = 0, h2d_copies = 0;  // uploads enqueued
+  uint64_t d2h_bytes = 0, d2h_copies = 0;  // downloads
+  uint64_t launches = 0;
+  uint64_t staging_bytes = 0;  // bytes copied into launch staging
+  uint64_t fences_recorded = 0;
+  uint64_t events_created = 0;           // device events ever created
+  uint64_t events_live = 0;              // device events held now
+  uint64_t device_waits = 0;             // wait_event commands enqueued
+  uint64_t host_waits = 0;               // event_synchronize calls
+  uint64_t deferred_frees = 0;           // frees postponed for running work
+  uint64_t pending_frees = 0;            // postponed frees not yet done
+  uint64_t tracked_pages_collected = 0;  // dirty pages recorded as host writes
+  uint64_t tracked_conflict_pages = 0;   // dirty pages that held device-newer bytes
+};
+
+class MemoryContext {
+ public:
+  // Creates the context's internal stream on `device`, which must outlive the
+  // context.
+  static StatusOr<std::unique_ptr<MemoryContext>> create(hal::Device& device,
+                                                         MemoryOptions options = {});
+  ~MemoryContext();
+  MemoryContext(const MemoryContext&) = delete;
+  MemoryContext& operator=(const MemoryContext&) = delete;
+
+  const MemoryOptions& options() const;
+  hal::Device& device() const;
+
+  // A buffer of `bytes` (> 0) bytes; all bytes uninitialized (nothing to move in
+  // either direction until a side writes them). kInvalidArgument for a zero size or
+  // bad alignment; the device's error (kResourceExhausted) when it is full.
+  StatusOr<Buffer> create_buffer(uint64_t bytes, BufferOptions options = {});
+
+  // ---- host access (synchronous) ----
+  StatusOr<ReadGuard> read(const View& view);
+  StatusOr<WriteGuard> write(const View& view);
+  StatusOr<WriteGuard> overwrite(const View& view);
+  // Declares that the host wrote every byte of `view` through a raw pointer.
+  Status mark_host_written(const View& view);
+  // Uploads the view's host-newer bytes / downloads its device-newer bytes.
+  Status to_device(const View& view);
+  Status to_host(const View& view);
+
+  // ---- device access (asynchronous) ----
+  // Enqueues on `stream`: waits for conflicting earlier work, the upload of the
+  // stale bytes of `in`/`inout` views, and the launch of the image resident at
+  // `code` (uploaded by the caller, e.g. through exec::CodeRegistry). Checks first,
+  // enqueuing nothing on a mismatch: argument count, buffer vs scalar, scalar type,
+  // expected access, view length a whole number of `dtype` elements (blocks), views
+  // non-empty, attached, alive and of this context (kInvalidArgument or
+  // kFailedPrecondition naming the kernel and the argument); and no input whose
+  // device bytes were written by work known to have failed (that work's error).
+  // Device errors while enqueuing are returned. The kernel's own failure surfaces on
+  // the stream, on host reads of its outputs, and on launches that consume them.
+  Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
+                std::span<const LaunchArg> args);
+
+  // Blocks until every device operation the context knows of has completed.
+  // Returns the first failure among them, if any.
+  Status synchronize();
+
+  MemoryStats stats() const;
+
+ private:
+  explicit MemoryContext(std::shared_ptr<memory_detail::MemoryCore> core);
+  std::shared_ptr<memory_detail::MemoryCore> core_;
+};
+
+}  // namespace npurt

@@ -1,0 +1,56 @@
+#include "npurt/memory/memory_context.h"
+
+#include "memory/memory_core.h"
+
+namespace npurt {
+
+const char* coherence_policy_name(CoherencePolicy policy) {
+  switch (policy) {
+    case CoherencePolicy::kExact: return "exact";
+    case CoherencePolicy::kNaiveResidencyFlags: return "naive-residency-flags";
+  }
+  return "unknown";
+}
+
+StatusOr<std::unique_ptr<MemoryContext>> MemoryContext::create(hal::Device& device,
+                                                               MemoryOptions options) {
+  if (options.policy != CoherencePolicy::kExact &&
+      options.policy != CoherencePolicy::kNaiveResidencyFlags) {
+    return invalid_argument("MemoryOptions::policy " +
+                            std::to_string(static_cast<int>(options.policy)) + " is not a policy");
+  }
+  auto core = std::make_shared<memory_detail::MemoryCore>(device, options);
+  NPURT_RETURN_IF_ERROR(core->open().with_context("creating the memory context's stream"));
+  return std::unique_ptr<MemoryContext>(new MemoryContext(std::move(core)));
+}
+
+MemoryContext::MemoryContext(std::shared_ptr<memory_detail::MemoryCore> core)
+    : core_(std::move(core)) {}
+
+MemoryContext::~MemoryContext() { core_->close(); }
+
+const MemoryOptions& MemoryContext::options() const { return core_->options(); }
+hal::Device& MemoryContext::device() const { return core_->device(); }
+
+StatusOr<Buffer> MemoryContext::create_buffer(uint64_t bytes, BufferOptions options) {
+  return core_->create_buffer(bytes, options);
+}
+
+StatusOr<ReadGuard> MemoryContext::read(const View& view) { return core_->read(view); }
+StatusOr<WriteGuard> MemoryContext::write(const View& view) { return core_->write(view, true); }
+StatusOr<WriteGuard> MemoryContext::overwrite(const View& view) {
+  return core_->write(view, false);
+}
+Status MemoryContext::mark_host_written(const View& view) { return core_->mark_host_written(view); }
+Status MemoryContext::to_device(const View& view) { return core_->to_device(view); }
+Status MemoryContext::to_host(const View& view) { return core_->to_host(view); }
+
+Status MemoryContext::launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image,
+                             uint32_t grid, std::span<const LaunchArg> args) {
+  return core_->launch(stream, code, image, grid, args);
+}
+
+Status MemoryContext::synchronize() { return core_->synchronize(); }
+MemoryStats MemoryContext::stats() const { return core_->stats(); }
+
+}  // namespace npurt

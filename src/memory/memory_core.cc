@@ -1,0 +1,610 @@
+#include "memory/memory_core.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+namespace npurt::memory_detail {
+namespace {
+
+uint64_t floor_to(uint64_t v, uint64_t page) { return v & ~(page - 1); }
+uint64_t ceil_to(uint64_t v, uint64_t page) { return (v + page - 1) & ~(page - 1); }
+
+std::string range_text(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+std::string buffer_text(const BufferState& b) { return "buffer '" + b.name + "'"; }
+
+void sort_unique(std::vector<FenceRef>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+}  // namespace
+
+// ---- BufferState -------------------------------------------------------------------
+
+BufferState::BufferState(std::shared_ptr<MemoryCore> owner, std::string buffer_name, uint64_t bytes,
+                         uint8_t* mirror_bytes_ptr, uint64_t mirror_length, hal::DeviceAddr addr)
+    : core(std::move(owner)),
+      name(std::move(buffer_name)),
+      size(bytes),
+      mirror(mirror_bytes_ptr),
+      mirror_bytes(mirror_length),
+      device_addr(addr),
+      map(bytes),
+      deps(bytes) {}
+
+BufferState::~BufferState() {
+  tracker.reset();  // unprotects the mirror before it goes
+  munmap(mirror, mirror_bytes);
+}
+
+// ---- MemoryCore: lifetime ------------------------------------------------------------
+
+MemoryCore::MemoryCore(hal::Device& device, MemoryOptions options)
+    : device_(&device), options_(options), page_(PageWriteTracker::page_size()), fences_(device) {}
+
+Status MemoryCore::open() {
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_ASSIGN_OR_RETURN(internal_, device_->create_stream());
+  return ok_status();
+}
+
+void MemoryCore::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  closed_ = true;
+  fences_.wait_all().ignore();
+  for (BufferState* b : live_) {
+    b->freed = true;
+    b->freed_reason = "its memory context was destroyed";
+    device_->free(b->device_addr).ignore();
+  }
+  live_.clear();
+  for (const DeferredFree& d : deferred_) device_->free(d.addr).ignore();
+  deferred_.clear();
+  pending_staging_.clear();
+  staging_pool_.clear();
+  pooled_staging_bytes_ = 0;
+  fences_.destroy();
+  if (internal_ != 0) device_->destroy_stream(internal_).ignore();
+  internal_ = 0;
+}
+
+Status MemoryCore::check_open() const {
+  if (closed_) return failed_precondition("its memory context was destroyed");
+  if (internal_ == 0) return failed_precondition("the memory context lost its internal stream");
+  return ok_status();
+}
+
+Status MemoryCore::check_view(const View& view) const {
+  if (view.buffer_ == nullptr) return failed_precondition("view is not attached to a buffer");
+  const BufferState& b = *view.buffer_;
+  auto what = [&] {
+    return "view " + range_text(view.offset(), view.end()) + " of " + buffer_text(b);
+  };
+  if (b.core.get() != this) return invalid_argument(what() + " belongs to another memory context");
+  if (b.freed) return failed_precondition(what() + ": " + b.freed_reason);
+  NPURT_RETURN_IF_ERROR_CTX(check_open(), what());
+  return ok_status();
+}
+
+// ---- buffers -------------------------------------------------------------------------
+
+StatusOr<Buffer> MemoryCore::create_buffer(uint64_t bytes, const BufferOptions& options) {
+  const std::string what = "create_buffer '" + options.name + "'";
+  if (bytes == 0) return invalid_argument(what + ": size must be > 0");
+  const uint64_t align = options.alignment;
+  if (align == 0 || (align & (align - 1)) != 0 || align > 4096) {
+    return invalid_argument(what + ": alignment " + std::to_string(align) +
+                            " is not a power of two <= 4096");
+  }
+  if (bytes > std::numeric_limits<uint64_t>::max() - page_) {
+    return invalid_argument(what + ": size " + std::to_string(bytes) + " is too large");
+  }
+  const uint64_t mirror_bytes = ceil_to(bytes, page_);
+  void* mirror = mmap(nullptr, mirror_bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mirror == MAP_FAILED) {
+    return resource_exhausted(what + ": host mirror of " + std::to_string(mirror_bytes) +
+                              " bytes: " + std::strerror(errno));
+  }
+  std::shared_ptr<BufferState> state;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Status open = check_open();
+    if (open.ok()) reap_deferred_frees();
+    StatusOr<hal::DeviceAddr> addr =
+        open.ok() ? device_->allocate(bytes, align) : StatusOr<hal::DeviceAddr>(open);
+    if (!addr.ok()) {
+      munmap(mirror, mirror_bytes);
+      return addr.status().with_context(what + " (" + std::to_string(bytes) + " bytes)");
+    }
+    state = std::make_shared<BufferState>(shared_from_this(), options.name, bytes,
+                                          static_cast<uint8_t*>(mirror), mirror_bytes, *addr);
+    state->live_index = live_.size();
+    live_.push_back(state.get());
+    ++stats_.buffers_created;
+  }
+  Buffer buffer(state);
+  if (options.track_writes) {
+    if (Status s = enable_tracking(*state, options.mechanism); !s.ok()) {
+      buffer.free().ignore();
+      return s.with_context(what);
+    }
+  }
+  return buffer;
+}
+
+Status MemoryCore::free_buffer(BufferState& b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (b.freed) return ok_status();
+  b.freed = true;
+  b.freed_reason = "the buffer was freed";
+  live_[b.live_index] = live_.back();
+  live_[b.live_index]->live_index = b.live_index;
+  live_.pop_back();
+
+  fences_.poll();
+  std::vector<FenceRef> pending;
+  b.deps.for_each_in(0, b.size, [&](const DepState& s) {
+    if (!fences_.known_done(s.writer)) pending.push_back(s.writer);
+    for (uint8_t i = 0; i < s.num_readers; ++i) {
+      if (!fences_.known_done(s.readers[i])) pending.push_back(s.readers[i]);
+    }
+  });
+  if (pending.empty()) return free_device_block(b.device_addr, b.name);
+  sort_unique(pending);
+  deferred_.push_back({b.device_addr, b.name, std::move(pending)});
+  ++stats_.deferred_frees;
+  return ok_status();
+}
+
+Status MemoryCore::free_device_block(hal::DeviceAddr addr, const std::string& name) {
+  NPURT_RETURN_IF_ERROR_CTX(device_->free(addr),
+                            "freeing the device memory of buffer '" + name + "'");
+  return ok_status();
+}
+
+void MemoryCore::reap_deferred_frees() {
+  if (deferred_.empty()) return;
+  fences_.poll();
+  std::erase_if(deferred_, [&](const DeferredFree& d) {
+    for (const FenceRef& f : d.fences) {
+      if (!fences_.known_done(f)) return false;
+    }
+    // The work is done; a failing free leaves nothing to retry.
+    free_device_block(d.addr, d.name).ignore();
+    return true;
+  });
+}
+
+Status MemoryCore::enable_tracking(BufferState& b, WriteTrackingMechanism mechanism) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string what = "enable_tracking for " + buffer_text(b);
+  NPURT_RETURN_IF_ERROR(check_open().with_context(what));
+  if (b.freed) return failed_precondition(what + ": " + b.freed_reason);
+  if (!exact()) {
+    // The emulated runtime never saw raw writes.
+    b.tracked = true;
+    return ok_status();
+  }
+  if (b.tracker) return ok_status();
+  auto tracker = PageWriteTracker::create(b.mirror, b.mirror_bytes, {mechanism});
+  if (!tracker.ok()) return tracker.status().with_context(what);
+  NPURT_RETURN_IF_ERROR(tracker->arm().with_context(what));
+  b.tracker.emplace(std::move(tracker).value());
+  b.tracked = true;
+  return ok_status();
+}
+
+// ---- tracked mode --------------------------------------------------------------------
+
+Status MemoryCore::absorb_dirty(BufferState& b, uint64_t begin, uint64_t end) {
+  if (!b.tracker || begin >= end) return ok_status();
+  const uint64_t first = floor_to(begin, page_);
+  const uint64_t last = std::min(ceil_to(end, page_), b.mirror_bytes);
+  dirty_.clear();
+  Status s = b.tracker->take_dirty(first, last, &dirty_);
+  for (const ByteRange& r : dirty_) {
+    stats_.tracked_pages_collected += r.size() / page_;
+    record_raw_write(b, r.begin, std::min(r.end, b.size));
+  }
+  NPURT_RETURN_IF_ERROR_CTX(s, "collecting raw writes to " + buffer_text(b));
+  return ok_status();
+}
+
+void MemoryCore::record_raw_write(BufferState& b, uint64_t begin, uint64_t end) {
+  if (begin >= end) return;
+  pieces_.clear();
+  bool conflict = false;
+  b.map.for_each_in(begin, end, [&](uint64_t s, uint64_t e, CoherenceState state) {
+    if (state == CoherenceState::kDeviceNewer) {
+      conflict = true;
+    } else if (state != CoherenceState::kHostNewer) {
+      pieces_.push_back({s, e});
+    }
+  });
+  if (conflict) {
+    for (uint64_t p = floor_to(begin, page_); p < end; p += page_) {
+      bool page_conflict = false;
+      b.map.for_each_in(std::max(p, begin), std::min(p + page_, end),
+                        [&](uint64_t, uint64_t, CoherenceState state) {
+                          page_conflict |= state == CoherenceState::kDeviceNewer;
+                        });
+      stats_.tracked_conflict_pages += page_conflict ? 1 : 0;
+    }
+  }
+  for (const ByteRange& r : pieces_) b.map.host_written(r.begin, r.end);
+}
+
+void MemoryCore::record_changed_bytes(BufferState& b, uint64_t begin,
+                                      std::span<const uint8_t> before) {
+  const uint8_t* now = b.mirror + begin;
+  size_t i = 0;
+  while (i < before.size()) {
+    if (now[i] == before[i]) {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < before.size() && now[j] != before[j]) ++j;
+    b.map.host_written(begin + i, begin + j);
+    i = j;
+  }
+}
+
+// ---- policy: which bytes move ------------------------------------------------------------
+
+StatusOr<std::vector<ByteRange>> MemoryCore::plan_upload(BufferState& b, uint64_t begin,
+                                                         uint64_t end) {
+  if (exact()) {
+    NPURT_RETURN_IF_ERROR(absorb_dirty(b, begin, end));
+    return b.map.ranges_to_upload(begin, end);
+  }
+  NaiveFlags& f = b.naive;
+  if (!f.resident) {
+    f.resident = true;
+    f.dirty = false;
+    return std::vector<ByteRange>{{0, b.size}};
+  }
+  if (f.dirty) {
+    f.dirty = false;
+    return std::vector<ByteRange>{{begin, end}};
+  }
+  return std::vector<ByteRange>{};
+}
+
+StatusOr<std::vector<ByteRange>> MemoryCore::plan_download(BufferState& b, uint64_t begin,
+                                                           uint64_t end) {
+  if (exact()) {
+    std::vector<ByteRange> ranges = b.map.ranges_to_download(begin, end);
+    // Raw writes on the pages the download lands on are recorded first: the
+    // download's own writes into the mirror are forgotten afterwards.
+    for (const ByteRange& r : ranges) NPURT_RETURN_IF_ERROR(absorb_dirty(b, r.begin, r.end));
+    return ranges;
+  }
+  NaiveFlags& f = b.naive;
+  if (!f.readback_pending) return std::vector<ByteRange>{};
+  f.readback_pending = false;
+  f.read_back_once = true;
+  return std::vector<ByteRange>{{0, b.size}};
+}
+
+void MemoryCore::record_host_write(BufferState& b, uint64_t begin, uint64_t end) {
+  if (exact()) {
+    b.map.host_written(begin, end);
+  } else {
+    b.naive.dirty = true;
+  }
+}
+
+// ---- synchronous transfers --------------------------------------------------------------
+
+Status MemoryCore::finish_internal_stream() {
+  Status s = device_->stream_synchronize(internal_);
+  if (s.ok()) return s;
+  // A failed stream refuses further work: replace it.
+  device_->destroy_stream(internal_).ignore();
+  StatusOr<hal::StreamId> fresh = device_->create_stream();
+  internal_ = fresh.ok() ? *fresh : 0;
+  return s.with_context("memory context internal stream");
+}
+
+Status MemoryCore::download_now(BufferState& b, const std::vector<ByteRange>& ranges) {
+  if (ranges.empty()) return ok_status();
+  waits_.clear();
+  for (const ByteRange& r : ranges) collect_waits(b, r, /*writes=*/false);
+  sort_unique(waits_);
+  for (const FenceRef& w : waits_) {
+    if (Status s = fences_.host_wait(w); !s.ok()) {
+      return s.with_context("fetching " + buffer_text(b) + ": the device work writing it failed");
+    }
+  }
+  Status enqueued;
+  for (const ByteRange& r : ranges) {
+    enqueued =
+        device_->copy_to_host(internal_, b.mirror + r.begin, b.device_addr + r.begin, r.size());
+    if (!enqueued.ok()) break;
+    stats_.d2h_bytes += r.size();
+    ++stats_.d2h_copies;
+  }
+  Status finished = finish_internal_stream();
+  NPURT_RETURN_IF_ERROR_CTX(enqueued, "fetching " + buffer_text(b));
+  NPURT_RETURN_IF_ERROR_CTX(finished, "fetching " + buffer_text(b));
+  for (const ByteRange& r : ranges) {
+    forget_writer(b, r);
+    if (exact()) b.map.mark_synced(r.begin, r.end);
+    if (b.tracker) {
+      NPURT_RETURN_IF_ERROR_CTX(b.tracker->clear(r.begin, r.end),
+                                "re-protecting " + buffer_text(b));
+    }
+  }
+  return ok_status();
+}
+
+Status MemoryCore::upload_now(BufferState& b, const std::vector<ByteRange>& ranges) {
+  if (ranges.empty()) return ok_status();
+  waits_.clear();
+  for (const ByteRange& r : ranges) collect_waits(b, r, /*writes=*/true);
+  sort_unique(waits_);
+  // Work that failed is over; overwriting the bytes it touched needs no error.
+  for (const FenceRef& w : waits_) fences_.host_wait(w).ignore();
+  Status enqueued;
+  for (const ByteRange& r : ranges) {
+    enqueued =
+        device_->copy_to_device(internal_, b.device_addr + r.begin, b.mirror + r.begin, r.size());
+    if (!enqueued.ok()) break;
+    stats_.h2d_bytes += r.size();
+    ++stats_.h2d_copies;
+  }
+  Status finished = finish_internal_stream();
+  NPURT_RETURN_IF_ERROR_CTX(enqueued, "uploading " + buffer_text(b));
+  NPURT_RETURN_IF_ERROR_CTX(finished, "uploading " + buffer_text(b));
+  for (const ByteRange& r : ranges) {
+    set_writer(b, r, FenceRef{});  // complete: nothing left to wait for
+    if (exact()) b.map.mark_synced(r.begin, r.end);
+  }
+  return ok_status();
+}
+
+Status MemoryCore::fetch(BufferState& b, uint64_t begin, uint64_t end) {
+  NPURT_ASSIGN_OR_RETURN(std::vector<ByteRange> ranges, plan_download(b, begin, end));
+  return download_now(b, ranges);
+}
+
+// ---- dependencies ------------------------------------------------------------------------
+
+void MemoryCore::prune(DepState& s) const {
+  if (fences_.known_done(s.writer)) s.writer = FenceRef{};
+  uint8_t kept = 0;
+  for (uint8_t i = 0; i < s.num_readers; ++i) {
+    if (!fences_.known_done(s.readers[i])) s.readers[kept++] = s.readers[i];
+  }
+  for (uint8_t i = kept; i < s.num_readers; ++i) s.readers[i] = FenceRef{};
+  s.num_readers = kept;
+}
+
+void MemoryCore::collect_waits(const BufferState& b, ByteRange r, bool writes) {
+  if (!options_.order_conflicting_work) return;
+  b.deps.for_each_in(r.begin, r.end, [&](const DepState& s) {
+    // A failed writer is done, but its bytes are garbage: readers must hear of it.
+    if (!fences_.known_done(s.writer) || !fences_.failure(s.writer).ok()) {
+      waits_.push_back(s.writer);
+    }
+    if (!writes) return;
+    for (uint8_t i = 0; i < s.num_readers; ++i) {
+      if (!fences_.known_done(s.readers[i])) waits_.push_back(s.readers[i]);
+    }
+  });
+}
+
+void MemoryCore::set_writer(BufferState& b, ByteRange r, FenceRef f) {
+  b.deps.update(r.begin, r.end, [&](DepState& s) {
+    s = DepState{};
+    s.writer = f;
+  });
+}
+
+void MemoryCore::forget_writer(BufferState& b, ByteRange r) {
+  b.deps.update(r.begin, r.end, [&](DepState& s) {
+    prune(s);
+    s.writer = FenceRef{};
+  });
+}
+
+void MemoryCore::add_reader(BufferState& b, ByteRange r, FenceRef f, hal::StreamId stream) {
+  b.deps.update(r.begin, r.end, [&](DepState& s) {
+    prune(s);
+    // One reader per stream: the new one completes after any older one there.
+    uint8_t n = 0;
+    for (uint8_t i = 0; i < s.num_readers; ++i) {
+      if (fences_.stream_of(s.readers[i]) != stream) s.readers[n++] = s.readers[i];
+    }
+    if (n == DepState::kMaxReaders) {
+      // More streams read these bytes at once than a segment records: wait for one
+      // of them to make room (rare: it takes kMaxReaders concurrent streams).
+      fences_.host_wait(s.readers[0]).ignore();
+      std::move(s.readers.begin() + 1, s.readers.begin() + n, s.readers.begin());
+      --n;
+    }
+    s.readers[n++] = f;
+    std::sort(s.readers.begin(), s.readers.begin() + n);
+    for (uint8_t i = n; i < DepState::kMaxReaders; ++i) s.readers[i] = FenceRef{};
+    s.num_readers = n;
+  });
+}
+
+// ---- staging for launch uploads ----------------------------------------------------------
+
+void MemoryCore::recycle_staging() {
+  while (!pending_staging_.empty() && fences_.known_done(pending_staging_.front().fence)) {
+    Staging s = std::move(pending_staging_.front().staging);
+    pending_staging_.pop_front();
+    if (pooled_staging_bytes_ + s.capacity > options_.max_pooled_staging_bytes) continue;
+    pooled_staging_bytes_ += s.capacity;
+    staging_pool_.push_back(std::move(s));
+  }
+}
+
+MemoryCore::Staging MemoryCore::take_staging(uint64_t bytes) {
+  recycle_staging();
+  if (staging_pool_.empty() && !pending_staging_.empty()) {
+    fences_.poll();
+    recycle_staging();
+  }
+  size_t best = staging_pool_.size();
+  for (size_t i = 0; i < staging_pool_.size(); ++i) {
+    if (staging_pool_[i].capacity >= bytes &&
+        (best == staging_pool_.size() ||
+         staging_pool_[i].capacity < staging_pool_[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best != staging_pool_.size()) {
+    Staging s = std::move(staging_pool_[best]);
+    staging_pool_[best] = std::move(staging_pool_.back());
+    staging_pool_.pop_back();
+    pooled_staging_bytes_ -= s.capacity;
+    return s;
+  }
+  Staging s;
+  s.capacity = bytes;
+  s.data = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+  return s;
+}
+
+// ---- host access -------------------------------------------------------------------------
+
+StatusOr<ReadGuard> MemoryCore::read(const View& view) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(check_view(view).with_context("read"));
+  reap_deferred_frees();
+  BufferState& b = *view.buffer_;
+  NPURT_RETURN_IF_ERROR_CTX(
+      fetch(b, view.offset(), view.end()),
+      "read of " + buffer_text(b) + " " + range_text(view.offset(), view.end()));
+  return ReadGuard(view);
+}
+
+StatusOr<WriteGuard> MemoryCore::write(const View& view, bool fetch_first) {
+  const char* what = fetch_first ? "write" : "overwrite";
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(check_view(view).with_context(what));
+  reap_deferred_frees();
+  BufferState& b = *view.buffer_;
+  auto where = [&] {
+    return std::string(what) + " of " + buffer_text(b) + " " +
+           range_text(view.offset(), view.end());
+  };
+  if (fetch_first) NPURT_RETURN_IF_ERROR_CTX(fetch(b, view.offset(), view.end()), where());
+  WriteGuard guard(view);
+  if (exact() && b.tracker) {
+    // Raw writes made so far are recorded now, so that pages dirtied while the
+    // guard is held are explained by the guard (its view) and by the margins'
+    // byte differences only.
+    NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, view.offset(), view.end()), where());
+    guard.twinned_ = true;
+    guard.head_begin_ = floor_to(view.offset(), page_);
+    guard.tail_end_ = std::min(ceil_to(view.end(), page_), b.size);
+    guard.head_.assign(b.mirror + guard.head_begin_, b.mirror + view.offset());
+    if (view.end() < guard.tail_end_) {
+      guard.tail_.assign(b.mirror + view.end(), b.mirror + guard.tail_end_);
+    }
+  }
+  guard.active_ = true;
+  return guard;
+}
+
+void MemoryCore::release(WriteGuard& guard) {
+  std::lock_guard<std::mutex> lock(mu_);
+  BufferState& b = *guard.view_.buffer_;
+  if (closed_ || b.freed) return;
+  const uint64_t begin = guard.view_.offset();
+  const uint64_t end = guard.view_.end();
+  if (exact() && b.tracker) {
+    const uint64_t first = floor_to(begin, page_);
+    const uint64_t last = std::min(ceil_to(end, page_), b.mirror_bytes);
+    dirty_.clear();
+    if (!b.tracker->take_dirty(first, last, &dirty_).ok()) {
+      // Cannot tell what was written around the view: assume everything was.
+      record_raw_write(b, first, std::min(last, b.size));
+    } else if (!guard.twinned_) {
+      // Tracking was turned on while the guard was held: no copy to compare with.
+      for (const ByteRange& r : dirty_) record_raw_write(b, r.begin, std::min(r.end, b.size));
+    } else {
+      const uint64_t tail_page = floor_to(end, page_);
+      for (const ByteRange& r : dirty_) {
+        if (!guard.head_.empty() && r.begin <= guard.head_begin_ && guard.head_begin_ < r.end) {
+          record_changed_bytes(b, guard.head_begin_, guard.head_);
+        }
+        if (!guard.tail_.empty() && r.begin <= tail_page && tail_page < r.end) {
+          record_changed_bytes(b, end, guard.tail_);
+        }
+      }
+    }
+  }
+  record_host_write(b, begin, end);
+}
+
+Status MemoryCore::mark_host_written(const View& view) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(check_view(view).with_context("mark_host_written"));
+  record_host_write(*view.buffer_, view.offset(), view.end());
+  return ok_status();
+}
+
+Status MemoryCore::to_device(const View& view) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(check_view(view).with_context("to_device"));
+  reap_deferred_frees();
+  BufferState& b = *view.buffer_;
+  auto where = [&] {
+    return "to_device of " + buffer_text(b) + " " + range_text(view.offset(), view.end());
+  };
+  auto ranges = plan_upload(b, view.offset(), view.end());
+  if (!ranges.ok()) return ranges.status().with_context(where());
+  NPURT_RETURN_IF_ERROR_CTX(upload_now(b, *ranges), where());
+  return ok_status();
+}
+
+Status MemoryCore::to_host(const View& view) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(check_view(view).with_context("to_host"));
+  reap_deferred_frees();
+  BufferState& b = *view.buffer_;
+  NPURT_RETURN_IF_ERROR_CTX(
+      fetch(b, view.offset(), view.end()),
+      "to_host of " + buffer_text(b) + " " + range_text(view.offset(), view.end()));
+  return ok_status();
+}
+
+Status MemoryCore::synchronize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(check_open().with_context("synchronize"));
+  Status s = fences_.wait_all();
+  reap_deferred_frees();
+  recycle_staging();
+  return s;
+}
+
+MemoryStats MemoryCore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryStats s = stats_;
+  const FenceStats f = fences_.stats();
+  s.fences_recorded = f.fences_recorded;
+  s.events_created = f.events_created;
+  s.events_live = f.events_live;
+  s.device_waits = f.device_waits;
+  s.host_waits = f.host_waits;
+  s.buffers_live = live_.size();
+  s.pending_frees = deferred_.size();
+  return s;
+}
+
+}  // namespace npurt::memory_detail

@@ -1,0 +1,184 @@
+// MemoryCore: the state behind MemoryContext, Buffer, View and the guards.
+//
+// MemoryContext owns the core's device resources (internal stream, events, device
+// allocations) and releases them in its destructor (close()). Buffers, views and
+// guards share the core object itself, so they can outlive the context safely: a
+// closed core refuses every call with kFailedPrecondition.
+//
+// Every member of the core and the mutable part of every BufferState is guarded by
+// MemoryCore::mu_.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "memory/dep_map.h"
+#include "memory/fence_table.h"
+#include "npurt/memory/coherence_map.h"
+#include "npurt/memory/memory_context.h"
+#include "npurt/memory/write_tracker.h"
+
+// Like NPURT_RETURN_IF_ERROR, adding `context` (evaluated only on error, so hot
+// paths build no strings).
+#define NPURT_RETURN_IF_ERROR_CTX(expr, context)                                 \
+  do {                                                                           \
+    ::npurt::Status npurt_ctx_status_ = (expr);                                  \
+    if (!npurt_ctx_status_.ok()) return npurt_ctx_status_.with_context(context); \
+  } while (0)
+
+namespace npurt::memory_detail {
+
+// The emulated production runtime's flags (CoherencePolicy::kNaiveResidencyFlags).
+struct NaiveFlags {
+  bool resident = false;          // the whole-buffer initial upload happened
+  bool dirty = false;             // one shared "host wrote something" mark
+  bool readback_pending = false;  // the next fetch downloads the whole buffer
+  bool read_back_once = false;    // launches no longer set readback_pending
+};
+
+struct BufferState {
+  BufferState(std::shared_ptr<MemoryCore> core, std::string name, uint64_t size, uint8_t* mirror,
+              uint64_t mirror_bytes, hal::DeviceAddr device_addr);
+  ~BufferState();
+  BufferState(const BufferState&) = delete;
+  BufferState& operator=(const BufferState&) = delete;
+
+  const std::shared_ptr<MemoryCore> core;
+  const std::string name;
+  const uint64_t size;
+  uint8_t* const mirror;
+  const uint64_t mirror_bytes;  // size rounded up to whole pages
+  const hal::DeviceAddr device_addr;
+  std::atomic<bool> tracked{false};
+
+  // Guarded by core->mu_.
+  bool freed = false;
+  const char* freed_reason = "";
+  CoherenceMap map;
+  DepMap deps;
+  std::optional<PageWriteTracker> tracker;
+  NaiveFlags naive;
+  size_t live_index = 0;  // position in MemoryCore::live_
+};
+
+class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
+ public:
+  MemoryCore(hal::Device& device, MemoryOptions options);
+  MemoryCore(const MemoryCore&) = delete;
+  MemoryCore& operator=(const MemoryCore&) = delete;
+
+  Status open();  // creates the internal stream
+  void close();   // see the file comment
+
+  const MemoryOptions& options() const { return options_; }
+  hal::Device& device() const { return *device_; }
+
+  StatusOr<Buffer> create_buffer(uint64_t bytes, const BufferOptions& options);
+  Status free_buffer(BufferState& buffer);
+  Status enable_tracking(BufferState& buffer, WriteTrackingMechanism mechanism);
+
+  StatusOr<ReadGuard> read(const View& view);
+  StatusOr<WriteGuard> write(const View& view, bool fetch_first);
+  void release(WriteGuard& guard);
+  Status mark_host_written(const View& view);
+  Status to_device(const View& view);
+  Status to_host(const View& view);
+
+  Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
+                std::span<const LaunchArg> args);
+  Status synchronize();
+  MemoryStats stats() const;
+
+ private:
+  struct Upload {
+    BufferState* buffer;
+    ByteRange range;
+  };
+  struct Binding {
+    BufferState* buffer;
+    ByteRange range;
+    isa::Access access;
+  };
+  struct Staging {
+    std::unique_ptr<uint8_t[]> data;
+    uint64_t capacity = 0;
+  };
+  struct PendingStaging {
+    FenceRef fence;
+    Staging staging;
+  };
+  struct DeferredFree {
+    hal::DeviceAddr addr;
+    std::string name;
+    std::vector<FenceRef> fences;
+  };
+
+  bool exact() const { return options_.policy == CoherencePolicy::kExact; }
+  Status check_open() const;
+  // OK when `view` is attached, of this context, and its buffer is alive.
+  Status check_view(const View& view) const;
+  Status validate_launch(const isa::Image& image, uint32_t grid,
+                         std::span<const LaunchArg> args) const;
+
+  // Tracked mode: records the dirty pages overlapping [begin, end) as host writes.
+  Status absorb_dirty(BufferState& b, uint64_t begin, uint64_t end);
+  // Raw bytes [begin, end) may have been written: host-newer, except device-newer bytes.
+  void record_raw_write(BufferState& b, uint64_t begin, uint64_t end);
+  // Records host writes to the bytes of [begin, end) that differ from `before`.
+  void record_changed_bytes(BufferState& b, uint64_t begin, std::span<const uint8_t> before);
+
+  // Bytes of [begin, end) to move under the current policy (updates naive flags).
+  StatusOr<std::vector<ByteRange>> plan_upload(BufferState& b, uint64_t begin, uint64_t end);
+  StatusOr<std::vector<ByteRange>> plan_download(BufferState& b, uint64_t begin, uint64_t end);
+  void record_host_write(BufferState& b, uint64_t begin, uint64_t end);
+
+  // Synchronous transfers on the internal stream, ordered after conflicting work.
+  Status upload_now(BufferState& b, const std::vector<ByteRange>& ranges);
+  Status download_now(BufferState& b, const std::vector<ByteRange>& ranges);
+  Status fetch(BufferState& b, uint64_t begin, uint64_t end);
+  Status finish_internal_stream();
+
+  // Dependency bookkeeping.
+  void collect_waits(const BufferState& b, ByteRange r, bool writes);
+  void set_writer(BufferState& b, ByteRange r, FenceRef f);
+  void add_reader(BufferState& b, ByteRange r, FenceRef f, hal::StreamId stream);
+  void forget_writer(BufferState& b, ByteRange r);
+  void prune(DepState& s) const;
+
+  Staging take_staging(uint64_t bytes);
+  void recycle_staging();
+  void reap_deferred_frees();
+  Status free_device_block(hal::DeviceAddr addr, const std::string& name);
+
+  hal::Device* const device_;
+  const MemoryOptions options_;
+  const uint64_t page_;
+
+  mutable std::mutex mu_;
+  bool closed_ = false;
+  hal::StreamId internal_ = 0;
+  FenceTable fences_;
+  std::vector<BufferState*> live_;
+  std::vector<DeferredFree> deferred_;
+  std::vector<Staging> staging_pool_;
+  uint64_t pooled_staging_bytes_ = 0;
+  std::deque<PendingStaging> pending_staging_;
+  MemoryStats stats_;
+
+  // Scratch reused by launch() and the transfers, so steady state allocates nothing.
+  std::vector<Binding> bindings_;
+  std::vector<Upload> uploads_;
+  std::vector<FenceRef> waits_;
+  std::vector<ByteRange> dirty_;
+  std::vector<ByteRange> pieces_;
+  hal::LaunchParams params_;
+};
+
+}  // namespace npurt::memory_detail

@@ -1,0 +1,243 @@
+// Shared by the memory system tests: a simulated device with the kernels they
+// launch already uploaded, a memory context, and helpers that read device memory
+// directly (the ground truth, independent of any coherence policy).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hal/sim_test_util.h"
+#include "npurt/memory/memory_context.h"
+
+namespace npurt::testing {
+
+inline constexpr uint32_t kTile = 64;  // floats per kernel block
+inline constexpr uint64_t kTileBytes = kTile * sizeof(float);
+
+// out = in, one tile per block.
+inline StatusOr<isa::Image> copy_kernel() {
+  using namespace isa;
+  KernelBuilder b("copy");
+  const uint8_t in = b.arg_buffer("in", Access::kIn, DType::kF32);
+  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
+  const Reg off{0}, bid{1};
+  const Tile t{0};
+  b.block_id(bid);
+  b.alui(AluOp::kMul, off, bid, kTileBytes);
+  b.tdef(t, DType::kF32, 1, kTile, 0);
+  b.tld(t, in, off, DType::kF32);
+  b.tst(t, out, off, DType::kF32);
+  b.exit();
+  return b.build();
+}
+
+// out = x * s.
+inline StatusOr<isa::Image> scale_kernel() {
+  using namespace isa;
+  KernelBuilder b("scale");
+  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
+  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
+  const uint8_t s = b.arg_scalar("s", DType::kF32);
+  const Reg off{0}, bid{1}, scale{2};
+  const Tile t{0};
+  b.block_id(bid);
+  b.alui(AluOp::kMul, off, bid, kTileBytes);
+  b.arg_value(scale, s);
+  b.tdef(t, DType::kF32, 1, kTile, 0);
+  b.tld(t, x, off, DType::kF32);
+  b.tsop(BinOp::kMul, t, t, scale);
+  b.tst(t, out, off, DType::kF32);
+  b.exit();
+  return b.build();
+}
+
+// acc += x (acc is inout).
+inline StatusOr<isa::Image> accumulate_kernel() {
+  using namespace isa;
+  KernelBuilder b("accumulate");
+  const uint8_t acc = b.arg_buffer("acc", Access::kInOut, DType::kF32);
+  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
+  const Reg off{0}, bid{1};
+  const Tile ta{0}, tx{1};
+  b.block_id(bid);
+  b.alui(AluOp::kMul, off, bid, kTileBytes);
+  b.tdef(ta, DType::kF32, 1, kTile, 0);
+  b.tdef(tx, DType::kF32, 1, kTile, kTileBytes);
+  b.tld(ta, acc, off, DType::kF32);
+  b.tld(tx, x, off, DType::kF32);
+  b.tbin(BinOp::kAdd, ta, ta, tx);
+  b.tst(ta, acc, off, DType::kF32);
+  b.exit();
+  return b.build();
+}
+
+// Spins `count` iterations, then out = in: holds its stream busy before it reads
+// `in` and writes `out`.
+inline StatusOr<isa::Image> slow_copy_kernel() {
+  using namespace isa;
+  KernelBuilder b("slow_copy");
+  const uint8_t count = b.arg_scalar("count", DType::kI32);
+  const uint8_t in = b.arg_buffer("in", Access::kIn, DType::kF32);
+  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
+  const Reg n{0}, off{1}, bid{2};
+  const Tile t{0};
+  b.arg_value(n, count);
+  b.loop_begin(n);
+  b.nop();
+  b.loop_end();
+  b.block_id(bid);
+  b.alui(AluOp::kMul, off, bid, kTileBytes);
+  b.tdef(t, DType::kF32, 1, kTile, 0);
+  b.tld(t, in, off, DType::kF32);
+  b.tst(t, out, off, DType::kF32);
+  b.exit();
+  return b.build();
+}
+
+struct Kernel {
+  isa::Image image;
+  hal::DeviceAddr addr = 0;
+};
+
+// A device, its kernels, a context and two streams. Kernels are uploaded before any
+// stream exists (a stream may be reused only if no code was uploaded since its
+// creation); the context's internal stream never launches.
+struct MemoryRig {
+  std::unique_ptr<hal::Device> device;
+  std::vector<Kernel> kernels;
+  std::unique_ptr<MemoryContext> ctx;
+  hal::StreamId stream = 0;
+  hal::StreamId stream2 = 0;
+
+  enum Which { kCopy, kAdd, kScale, kAccumulate, kSlowCopy };
+
+  explicit MemoryRig(MemoryOptions options = {}, hal::SimOptions sim = {}) {
+    device = make_sim(sim);
+    for (auto built : {copy_kernel(), elementwise_kernel("add", isa::BinOp::kAdd, kTile),
+                       scale_kernel(), accumulate_kernel(), slow_copy_kernel()}) {
+      if (!built.ok()) {
+        ADD_FAILURE() << built.status().to_string();
+        return;
+      }
+      Kernel k{std::move(built).value(), 0};
+      k.addr = upload(*device, k.image);
+      kernels.push_back(std::move(k));
+    }
+    auto c = MemoryContext::create(*device, options);
+    if (!c.ok()) {
+      ADD_FAILURE() << c.status().to_string();
+      return;
+    }
+    ctx = std::move(c).value();
+    stream = *device->create_stream();
+    stream2 = *device->create_stream();
+  }
+  ~MemoryRig() {
+    ctx.reset();
+    if (device) {
+      device->destroy_stream(stream).ignore();
+      device->destroy_stream(stream2).ignore();
+    }
+  }
+
+  // Launches kernel `k` over `args` with one block per tile of the first view.
+  Status launch(Which k, std::vector<LaunchArg> args, hal::StreamId on = 0) {
+    uint64_t bytes = 0;
+    for (const LaunchArg& a : args) {
+      if (a.kind() == LaunchArg::Kind::kView) {
+        bytes = a.view().size();
+        break;
+      }
+    }
+    const uint32_t grid = static_cast<uint32_t>(std::max<uint64_t>(1, bytes / kTileBytes));
+    return ctx->launch(on ? on : stream, kernels[k].addr, kernels[k].image, grid, args);
+  }
+
+  Buffer buffer(uint64_t bytes, const char* name, bool tracked = false,
+                WriteTrackingMechanism mechanism = WriteTrackingMechanism::kAuto) {
+    BufferOptions o;
+    o.name = name;
+    o.track_writes = tracked;
+    o.mechanism = mechanism;
+    auto b = ctx->create_buffer(bytes, o);
+    if (!b.ok()) {
+      ADD_FAILURE() << b.status().to_string();
+      return Buffer();
+    }
+    return std::move(b).value();
+  }
+
+  // What the device holds for `view` now, read straight from device memory after
+  // all known work completed.
+  std::vector<float> device_floats(const Buffer& b, const View& v) {
+    EXPECT_TRUE(ctx->synchronize().ok());
+    std::vector<float> out(v.size() / sizeof(float));
+    Status s = device->copy_to_host(stream, out.data(), b.device_address() + v.offset(), v.size());
+    if (s.ok()) s = device->stream_synchronize(stream);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return out;
+  }
+
+  // Device counters once every operation the context enqueued has executed.
+  hal::Counters counters() {
+    const Status s = ctx->synchronize();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return device->counters();
+  }
+};
+
+inline void put_floats(std::span<uint8_t> bytes, const std::vector<float>& values) {
+  ASSERT_EQ(bytes.size(), values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+}
+
+inline std::vector<float> floats_of(std::span<const uint8_t> bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// Guarded host helpers; failures fail the test.
+inline void write_floats(MemoryContext& ctx, const View& v, const std::vector<float>& values,
+                         bool overwrite = true) {
+  auto g = overwrite ? ctx.overwrite(v) : ctx.write(v);
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  put_floats(g->bytes(), values);
+}
+
+inline std::vector<float> read_floats(MemoryContext& ctx, const View& v) {
+  auto g = ctx.read(v);
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  if (!g.ok()) return {};
+  return floats_of(g->bytes());
+}
+
+// Small integers as floats: sums are exact, so device and host agree bit for bit.
+inline std::vector<float> ints(size_t n, int seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>((static_cast<int>(i) * 7 + seed * 13) % 97 + 1);
+  }
+  return v;
+}
+
+// The write-tracking mechanisms this machine offers.
+inline std::vector<WriteTrackingMechanism> tracking_mechanisms() {
+  std::vector<WriteTrackingMechanism> out{WriteTrackingMechanism::kMprotect};
+  if (PageWriteTracker::userfaultfd_support().ok()) {
+    out.push_back(WriteTrackingMechanism::kUserfaultfd);
+  }
+  return out;
+}
+
+inline View sub(const Buffer& b, uint64_t offset, uint64_t length) {
+  auto v = b.view(offset, length);
+  EXPECT_TRUE(v.ok()) << v.status().to_string();
+  return v.ok() ? *v : View();
+}
+
+}  // namespace npurt::testing
