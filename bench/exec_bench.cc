@@ -12,6 +12,8 @@
 // cannot beat what the host itself allows.
 #include <benchmark/benchmark.h>
 
+#include "samples.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,20 +33,7 @@ namespace {
 using namespace npurt;
 using hal::KernelArg;
 
-struct Samples {
-  std::vector<double> seconds;
-  template <typename F>
-  void time(F fn) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  double median() {
-    if (seconds.empty()) return 0;
-    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-    return seconds[seconds.size() / 2];
-  }
-};
+using npurt::bench::Samples;
 
 template <typename T>
 T must(StatusOr<T> v) {

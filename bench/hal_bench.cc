@@ -6,6 +6,8 @@
 //   * tile matrix multiply (TMMA executed by simulated cores) vs. the f32 FMA peak.
 #include <benchmark/benchmark.h>
 
+#include "samples.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -93,21 +95,7 @@ double pingpong_us() {
   return us;
 }
 
-// Per-iteration wall times, for medians (Google Benchmark reports means).
-struct Samples {
-  std::vector<double> seconds;
-  template <typename F>
-  void time(F fn) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  double median() {
-    if (seconds.empty()) return 0;
-    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
-    return seconds[seconds.size() / 2];
-  }
-};
+using bench::Samples;
 
 void BM_LaunchEnqueue(benchmark::State& state) {
   Sim& s = sim();

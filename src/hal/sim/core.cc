@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "hal/sim/dequant.h"
 #include "hal/sim/tile_kernels.h"
 #include "npurt/isa/verifier.h"
 
@@ -246,6 +247,7 @@ struct Core::Exec {
   bool exec_scalar();
   bool exec_tdef();
   bool exec_load_store(bool store);
+  bool quant_row_bytes(const TileDesc& t, DType qt, const char* what, uint64_t* row_bytes);
   bool exec_tldq();
   bool exec_gather();
   bool exec_tile_math();
@@ -388,10 +390,44 @@ bool Core::Exec::exec_load_store(bool store) {
   return true;
 }
 
+bool Core::Exec::quant_row_bytes(const TileDesc& t, DType qt, const char* what, uint64_t* row_bytes) {
+  if (!isa::dtype_is_quantized(qt)) {
+    return fail(std::string(what) + ": " + std::string(isa::dtype_name(qt)) + " is not a quantized type");
+  }
+  if (t.dtype != DType::kF32) {
+    return fail(std::string(what) + ": destination tile must be f32 to receive " +
+                std::string(isa::dtype_name(qt)) + " rows, is " + std::string(isa::dtype_name(t.dtype)));
+  }
+  const uint64_t be = isa::dtype_block_elems(qt);
+  if (t.cols % be != 0) {
+    return fail(std::string(what) + ": tile cols " + std::to_string(t.cols) + " is not a multiple of the " +
+                std::string(isa::dtype_name(qt)) + " block size " + std::to_string(be));
+  }
+  *row_bytes = t.cols / be * isa::dtype_block_bytes(qt);
+  return true;
+}
+
 bool Core::Exec::exec_tldq() {
-  return fail(std::string("dequantizing load of ") + std::string(isa::dtype_name(static_cast<DType>(in->sub))) +
-                  " is not supported by this device",
-              StatusCode::kUnimplemented);
+  const Insn& i = *in;
+  const TileDesc* t = tile(i.a, "destination");
+  const ArgBinding* a = t ? arg(i.b) : nullptr;
+  if (!a) return false;
+  if (!a->readable) return fail("arg " + std::to_string(i.b) + " is not readable");
+  const DType qt = static_cast<DType>(i.sub);
+  uint64_t row_bytes = 0;
+  if (!quant_row_bytes(*t, qt, "TLDQ", &row_bytes)) return false;
+  if (elems(*t) == 0) return true;
+  const int64_t pitch = reg(i.d);
+  uint64_t first = 0;
+  if (!gm_window(*a, i.b, reg(i.c), t->rows, row_bytes, pitch, &first)) return false;
+  const bool dense = static_cast<uint64_t>(pitch) == row_bytes;
+  if (dense && !check_initialized(first, row_bytes * t->rows, i.b)) return false;
+  for (uint32_t r = 0; r < t->rows; ++r) {
+    const uint64_t g = first + static_cast<uint64_t>(r) * static_cast<uint64_t>(pitch);
+    if (!dense && !check_initialized(g, row_bytes, i.b)) return false;
+    dequantize_row(L.gm->ptr(g), qt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
+  }
+  return true;
 }
 
 bool Core::Exec::exec_gather() {
@@ -404,11 +440,28 @@ bool Core::Exec::exec_gather() {
   if (idx->dtype != DType::kI32) return fail("index tile must be i32");
   if (idx->rows < t->rows || (t->rows > 0 && idx->cols == 0)) return fail("index tile has fewer rows than destination");
   const DType gt = static_cast<DType>(i.sub);
-  if (!isa::dtype_is_plain(gt)) {
-    return fail("gather of " + std::string(isa::dtype_name(gt)) + " rows is not supported by this device",
-                StatusCode::kUnimplemented);
-  }
   const int64_t pitch = reg(i.d);
+  if (isa::dtype_is_quantized(gt)) {
+    uint64_t qrow_bytes = 0;
+    if (!quant_row_bytes(*t, gt, "TGATHER", &qrow_bytes)) return false;
+    if (pitch < 0) return fail("TGATHER: negative row pitch " + std::to_string(pitch));
+    const int32_t* qix = reinterpret_cast<const int32_t*>(local(*idx));
+    for (uint32_t r = 0; r < t->rows && t->cols > 0; ++r) {
+      const int64_t row = qix[static_cast<size_t>(r) * idx->cols];
+      if (row < 0) return fail("gather index " + std::to_string(row) + " is negative");
+      const unsigned __int128 off = static_cast<unsigned __int128>(row) * static_cast<uint64_t>(pitch);
+      if (off > static_cast<unsigned __int128>(INT64_MAX)) {
+        return fail("out-of-bounds access to arg " + std::to_string(i.b) + ": gather row " + std::to_string(row) +
+                    " at pitch " + std::to_string(pitch));
+      }
+      uint64_t g = 0;
+      if (!gm_window(*a, i.b, static_cast<int64_t>(off), 1, qrow_bytes, 0, &g)) return false;
+      if (!check_initialized(g, qrow_bytes, i.b)) return false;
+      dequantize_row(L.gm->ptr(g), gt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
+    }
+    return true;
+  }
+  if (!isa::dtype_is_plain(gt)) return fail("gather of an invalid GM type");
   const uint64_t row_bytes = t->cols * isa::dtype_size(gt);
   const int32_t* ix = reinterpret_cast<const int32_t*>(local(*idx));
   for (uint32_t r = 0; r < t->rows; ++r) {

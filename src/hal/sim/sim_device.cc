@@ -32,6 +32,15 @@ std::string hex(uint64_t v) {
 
 bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
+// Blocks until `counter` >= target: spins briefly (completions usually come within
+// microseconds), then sleeps on `cv`, which the producer notifies under `mu`.
+void wait_until_reached(const std::atomic<uint64_t>& counter, uint64_t target, std::mutex& mu,
+                        std::condition_variable& cv) {
+  if (spin_until([&] { return counter.load(std::memory_order_acquire) >= target; }, kHostSpins)) return;
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return counter.load() >= target; });
+}
+
 struct SimEvent {
   std::mutex mu;
   std::condition_variable cv;
@@ -150,10 +159,7 @@ class SimDevice final : public Device {
       std::lock_guard<std::mutex> lock(s->mu);
       target = s->enqueued;
     }
-    if (!spin_until([&] { return s->completed.load(std::memory_order_acquire) >= target; }, kHostSpins)) {
-      std::unique_lock<std::mutex> lock(s->mu);
-      s->done_cv.wait(lock, [&] { return s->completed.load() >= target; });
-    }
+    wait_until_reached(s->completed, target, s->mu, s->done_cv);
     std::lock_guard<std::mutex> lock(s->mu);
     return s->error;
   }
@@ -214,10 +220,7 @@ class SimDevice final : public Device {
       std::lock_guard<std::mutex> lock(e->mu);
       target = e->recorded;
     }
-    if (!spin_until([&] { return e->completed.load(std::memory_order_acquire) >= target; }, kHostSpins)) {
-      std::unique_lock<std::mutex> lock(e->mu);
-      e->cv.wait(lock, [&] { return e->completed.load() >= target; });
-    }
+    wait_until_reached(e->completed, target, e->mu, e->cv);
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->failed_seq != 0 && e->failed_seq == target) return e->failure;
     return ok_status();
@@ -472,10 +475,7 @@ class SimDevice final : public Device {
   }
 
   static Status wait_for(SimEvent& e, uint64_t seq) {
-    if (!spin_until([&] { return e.completed.load(std::memory_order_acquire) >= seq; }, kHostSpins)) {
-      std::unique_lock<std::mutex> lock(e.mu);
-      e.cv.wait(lock, [&] { return e.completed.load() >= seq; });
-    }
+    wait_until_reached(e.completed, seq, e.mu, e.cv);
     std::lock_guard<std::mutex> lock(e.mu);
     if (e.failed_seq == seq) return e.failure.with_context("waited-for event's producer failed");
     return ok_status();

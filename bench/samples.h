@@ -1,0 +1,26 @@
+// Per-iteration wall times, so benchmarks can report medians (Google Benchmark's
+// own counters are means).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace npurt::bench {
+
+struct Samples {
+  std::vector<double> seconds;
+  template <typename F>
+  void time(F fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  double median() {
+    if (seconds.empty()) return 0;
+    std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+    return seconds[seconds.size() / 2];
+  }
+};
+
+}  // namespace npurt::bench

@@ -1,0 +1,182 @@
+#include "hal/sim/dequant.h"
+
+#include <bit>
+#include <cassert>
+#include <cstring>
+
+namespace npurt::sim {
+
+using isa::DType;
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+  if (man == 0) return std::bit_cast<float>(sign);
+  // Subnormal: normalize the mantissa into an f32 normal number.
+  uint32_t e = 113;  // f32 biased exponent of 2^-14
+  while ((man & 0x400u) == 0) {
+    man <<= 1;
+    --e;
+  }
+  return std::bit_cast<float>(sign | (e << 23) | ((man & 0x3FFu) << 13));
+}
+
+namespace {
+
+// Blocks may sit at any byte address, so each one is copied out before use.
+template <typename Block>
+Block load_block(const uint8_t* p) {
+  Block b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block.
+void scale_min_k4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+void row_q8_0(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ8_0), y += 32) {
+    const auto b = load_block<BlockQ8_0>(src);
+    const float d = f16_to_f32(b.d);
+    for (int l = 0; l < 32; ++l) y[l] = static_cast<float>(b.qs[l]) * d;
+  }
+}
+
+void row_q4_0(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ4_0), y += 32) {
+    const auto b = load_block<BlockQ4_0>(src);
+    const float d = f16_to_f32(b.d);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((b.qs[j] & 15) - 8) * d;
+      y[j + 16] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+    }
+  }
+}
+
+void row_q5_0(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ5_0), y += 32) {
+    const auto b = load_block<BlockQ5_0>(src);
+    const float d = f16_to_f32(b.d);
+    const uint32_t qh = uint32_t{b.qh[0]} | uint32_t{b.qh[1]} << 8 | uint32_t{b.qh[2]} << 16 |
+                        uint32_t{b.qh[3]} << 24;
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t h0 = ((qh >> j) << 4) & 0x10u;
+      const uint32_t h1 = (qh >> (j + 12)) & 0x10u;
+      const int q0 = static_cast<int>((b.qs[j] & 15u) | h0) - 16;
+      const int q1 = static_cast<int>((b.qs[j] >> 4) | h1) - 16;
+      y[j] = static_cast<float>(q0) * d;
+      y[j + 16] = static_cast<float>(q1) * d;
+    }
+  }
+}
+
+// y[l] = d1 * q[l] - m1 over 32 values; the product is rounded before the subtraction.
+inline void scaled_minus(const uint8_t* q, float d1, float m1, float* y) {
+  for (int l = 0; l < 32; ++l) {
+    const float p = d1 * static_cast<float>(q[l]);
+    y[l] = p - m1;
+  }
+}
+
+void row_q4_k(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ4_K), y += 256) {
+    const auto b = load_block<BlockQ4_K>(src);
+    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    for (int c = 0; c < 4; ++c) {
+      uint8_t sc0, m0, sc1, m1;
+      scale_min_k4(2 * c, b.scales, &sc0, &m0);
+      scale_min_k4(2 * c + 1, b.scales, &sc1, &m1);
+      const uint8_t* qs = b.qs + 32 * c;
+      uint8_t lo[32], hi[32];
+      for (int l = 0; l < 32; ++l) {
+        lo[l] = qs[l] & 15;
+        hi[l] = qs[l] >> 4;
+      }
+      scaled_minus(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * c);
+      scaled_minus(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), y + 64 * c + 32);
+    }
+  }
+}
+
+void row_q5_k(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ5_K), y += 256) {
+    const auto b = load_block<BlockQ5_K>(src);
+    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
+    for (int c = 0; c < 4; ++c) {
+      uint8_t sc0, m0, sc1, m1;
+      scale_min_k4(2 * c, b.scales, &sc0, &m0);
+      scale_min_k4(2 * c + 1, b.scales, &sc1, &m1);
+      const uint8_t* qs = b.qs + 32 * c;
+      // Bit 2c of qh[l] is the fifth bit of the low-nibble value, bit 2c+1 that of the high one.
+      const int s0 = 2 * c, s1 = 2 * c + 1;
+      uint8_t lo[32], hi[32];
+      for (int l = 0; l < 32; ++l) {
+        lo[l] = static_cast<uint8_t>((qs[l] & 15) | (((b.qh[l] >> s0) & 1) << 4));
+        hi[l] = static_cast<uint8_t>((qs[l] >> 4) | (((b.qh[l] >> s1) & 1) << 4));
+      }
+      scaled_minus(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * c);
+      scaled_minus(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), y + 64 * c + 32);
+    }
+  }
+}
+
+void row_q6_k(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ6_K), y += 256) {
+    const auto b = load_block<BlockQ6_K>(src);
+    const float d = f16_to_f32(b.d);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = b.ql + 64 * half;
+      const uint8_t* qh = b.qh + 32 * half;
+      const int8_t* sc = b.scales + 8 * half;
+      float* out = y + 128 * half;
+      // Scale products per 16-value group: ds[k][is] = d * sc[is + 2k].
+      float ds[4][2];
+      for (int k = 0; k < 4; ++k) {
+        for (int is = 0; is < 2; ++is) ds[k][is] = d * static_cast<float>(sc[is + 2 * k]);
+      }
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        out[l] = ds[0][is] * static_cast<float>(q1);
+        out[l + 32] = ds[1][is] * static_cast<float>(q2);
+        out[l + 64] = ds[2][is] * static_cast<float>(q3);
+        out[l + 96] = ds[3][is] * static_cast<float>(q4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row(const void* blocks, DType type, float* out, size_t n) {
+  const size_t be = isa::dtype_block_elems(type);
+  assert(isa::dtype_is_quantized(type) && be != 0 && n % be == 0);
+  if (be == 0) return;
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  const size_t nb = n / be;
+  switch (type) {
+    case DType::kQ8_0: row_q8_0(src, out, nb); return;
+    case DType::kQ4_0: row_q4_0(src, out, nb); return;
+    case DType::kQ5_0: row_q5_0(src, out, nb); return;
+    case DType::kQ4_K: row_q4_k(src, out, nb); return;
+    case DType::kQ5_K: row_q5_k(src, out, nb); return;
+    case DType::kQ6_K: row_q6_k(src, out, nb); return;
+    default: assert(false && "dequantize_row: not a quantized dtype"); return;
+  }
+}
+
+}  // namespace npurt::sim
