@@ -99,7 +99,8 @@ enum class Opcode : uint8_t {
   //   multiple of the block size.
   kTldq = 35,
   // TGATHER t[a] <- rows of GM arg b: row i = element row idx[i] where idx is the
-  //   i32 tile t[c] (first column); row pitch r[d] bytes; GM dtype = sub (any type).
+  //   i32 tile t[c] (first column); row pitch r[d] bytes; GM dtype = sub (any type;
+  //   quantized rows dequantize into an f32 tile whose cols are a multiple of the block size).
   kTgather = 36,
   kTfill = 37,   // t[a] = f32(r[b]) (or int64 r[b] for i32 tiles)
   kTcvt = 38,    // t[a] = convert(t[b]); same shape

@@ -64,20 +64,25 @@ void row_q4_0(const uint8_t* src, float* y, size_t nb) {
   }
 }
 
+// y[l] = q[l] * d over 32 values.
+inline void scaled(const int8_t* q, float d, float* y) {
+  for (int l = 0; l < 32; ++l) y[l] = static_cast<float>(q[l]) * d;
+}
+
 void row_q5_0(const uint8_t* src, float* y, size_t nb) {
   for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ5_0), y += 32) {
     const auto b = load_block<BlockQ5_0>(src);
     const float d = f16_to_f32(b.d);
     const uint32_t qh = uint32_t{b.qh[0]} | uint32_t{b.qh[1]} << 8 | uint32_t{b.qh[2]} << 16 |
                         uint32_t{b.qh[3]} << 24;
+    int8_t q[32];
     for (int j = 0; j < 16; ++j) {
       const uint32_t h0 = ((qh >> j) << 4) & 0x10u;
       const uint32_t h1 = (qh >> (j + 12)) & 0x10u;
-      const int q0 = static_cast<int>((b.qs[j] & 15u) | h0) - 16;
-      const int q1 = static_cast<int>((b.qs[j] >> 4) | h1) - 16;
-      y[j] = static_cast<float>(q0) * d;
-      y[j + 16] = static_cast<float>(q1) * d;
+      q[j] = static_cast<int8_t>(static_cast<int>((b.qs[j] & 15u) | h0) - 16);
+      q[j + 16] = static_cast<int8_t>(static_cast<int>((b.qs[j] >> 4) | h1) - 16);
     }
+    scaled(q, d, y);
   }
 }
 
@@ -140,21 +145,19 @@ void row_q6_k(const uint8_t* src, float* y, size_t nb) {
       const uint8_t* qh = b.qh + 32 * half;
       const int8_t* sc = b.scales + 8 * half;
       float* out = y + 128 * half;
-      // Scale products per 16-value group: ds[k][is] = d * sc[is + 2k].
-      float ds[4][2];
-      for (int k = 0; k < 4; ++k) {
-        for (int is = 0; is < 2; ++is) ds[k][is] = d * static_cast<float>(sc[is + 2 * k]);
-      }
+      // q[32k + l] is the spec's q(k+1) for position l.
+      int8_t q[128];
       for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        out[l] = ds[0][is] * static_cast<float>(q1);
-        out[l + 32] = ds[1][is] * static_cast<float>(q2);
-        out[l + 64] = ds[2][is] * static_cast<float>(q3);
-        out[l + 96] = ds[3][is] * static_cast<float>(q4);
+        q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+        q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+      // Output group g (16 values at 16g) uses scale sc[is + 2k] with k = g / 2, is = g % 2,
+      // which is sc[g]; the product is d * sc, then times q.
+      for (int g = 0; g < 8; ++g) {
+        const float ds = d * static_cast<float>(sc[g]);
+        for (int l = 0; l < 16; ++l) out[16 * g + l] = ds * static_cast<float>(q[16 * g + l]);
       }
     }
   }
