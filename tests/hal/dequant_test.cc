@@ -355,45 +355,21 @@ INSTANTIATE_TEST_SUITE_P(Dequant, DequantRandom, ::testing::ValuesIn(kQuantTypes
 
 // ---------------------------------------------------------------- device
 
-struct Buf {
-  hal::DeviceAddr addr = 0;
-  size_t bytes = 0;
-  KernelArg arg() const { return KernelArg::buffer(addr, bytes); }
-};
+using Buf = DeviceBuffer;
 
-class Sim {
+// The kernel runner with f32 outputs poisoned with NaN.
+class Sim : public KernelRunner {
  public:
-  explicit Sim(bool sanitize = false) {
-    hal::SimOptions o;
-    o.sanitize = sanitize;
-    dev_ = make_sim(o);
-    stream_ = dev_->create_stream().value();
-  }
-
-  template <typename T>
-  Buf input(const std::vector<T>& v) {
-    return {put(*dev_, stream_, v), v.size() * sizeof(T)};
-  }
+  explicit Sim(bool sanitize = false) : KernelRunner(options(sanitize)) {}
   Buf output(size_t floats) { return input(std::vector<float>(floats, std::nanf(""))); }
-  std::vector<float> read(const Buf& b) { return get<float>(*dev_, stream_, b.addr, b.bytes / 4); }
-  hal::Device& dev() { return *dev_; }
-
-  Status run(const KernelBuilder& b, std::vector<KernelArg> args) {
-    StatusOr<Image> image = b.build(dev_->info().local_memory_bytes);
-    if (!image.ok()) return image.status();
-    const hal::DeviceAddr code = upload(*dev_, *image);
-    Status st = dev_->launch(stream_, {code, 1, std::move(args)});
-    if (st.ok()) st = dev_->stream_synchronize(stream_);
-    if (!st.ok()) {
-      dev_->destroy_stream(stream_).ignore();
-      stream_ = dev_->create_stream().value();
-    }
-    return st;
-  }
+  std::vector<float> read(const Buf& b) { return KernelRunner::read<float>(b); }
 
  private:
-  std::unique_ptr<hal::Device> dev_;
-  hal::StreamId stream_ = 0;
+  static hal::SimOptions options(bool sanitize) {
+    hal::SimOptions o;
+    o.sanitize = sanitize;
+    return o;
+  }
 };
 
 struct TldqCase {

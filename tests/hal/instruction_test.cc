@@ -175,48 +175,13 @@ Bytes poison_bytes(size_t n) {
   return b;
 }
 
-struct Buf {
-  hal::DeviceAddr addr = 0;
-  size_t bytes = 0;
-  KernelArg arg() const { return KernelArg::buffer(addr, bytes); }
-};
+using Buf = DeviceBuffer;
 
-class Sim {
+// The kernel runner plus an output helper that poisons with kPoisonHalf.
+class Sim : public KernelRunner {
  public:
-  Sim() : dev_(make_sim()), stream_(dev_->create_stream().value()) {}
-
-  hal::Device& dev() { return *dev_; }
-
-  template <typename T>
-  Buf input(const std::vector<T>& v) {
-    return {put(*dev_, stream_, v), v.size() * sizeof(T)};
-  }
   // A fresh buffer of `bytes` filled with the poison pattern.
   Buf output(size_t bytes) { return input(std::vector<uint16_t>((bytes + 1) / 2, kPoisonHalf)); }
-
-  template <typename T>
-  std::vector<T> read(const Buf& b) {
-    return get<T>(*dev_, stream_, b.addr, b.bytes / sizeof(T));
-  }
-
-  // Builds, uploads and launches the kernel, then waits: the launch's outcome. A
-  // failed stream is destroyed and replaced by a new one.
-  Status run(const KernelBuilder& b, std::vector<KernelArg> args, uint32_t grid = 1) {
-    StatusOr<Image> image = b.build(dev_->info().local_memory_bytes);
-    if (!image.ok()) return image.status();
-    const hal::DeviceAddr code = upload(*dev_, *image);
-    Status st = dev_->launch(stream_, {code, grid, std::move(args)});
-    if (st.ok()) st = dev_->stream_synchronize(stream_);
-    if (!st.ok()) {
-      dev_->destroy_stream(stream_).ignore();
-      stream_ = dev_->create_stream().value();
-    }
-    return st;
-  }
-
- private:
-  std::unique_ptr<hal::Device> dev_;
-  hal::StreamId stream_;
 };
 
 // Scratch registers and tile of the output helpers below; tests keep clear of them.

@@ -70,6 +70,51 @@ std::vector<T> get(hal::Device& dev, hal::StreamId s, hal::DeviceAddr addr, size
   return out;
 }
 
+// A device buffer and its size, as a launch argument.
+struct DeviceBuffer {
+  hal::DeviceAddr addr = 0;
+  size_t bytes = 0;
+  hal::KernelArg arg() const { return hal::KernelArg::buffer(addr, bytes); }
+};
+
+// Builds, uploads and runs one kernel per call on a simulated device. Every image
+// gets a block of its own that is never freed, so no address is recycled and the
+// long-lived stream can never hold stale instruction lines of an earlier image.
+class KernelRunner {
+ public:
+  explicit KernelRunner(hal::SimOptions options = {})
+      : dev_(make_sim(options)), stream_(dev_->create_stream().value()) {}
+
+  hal::Device& dev() { return *dev_; }
+
+  template <typename T>
+  DeviceBuffer input(const std::vector<T>& v) {
+    return {put(*dev_, stream_, v), v.size() * sizeof(T)};
+  }
+  template <typename T>
+  std::vector<T> read(const DeviceBuffer& b) {
+    return get<T>(*dev_, stream_, b.addr, b.bytes / sizeof(T));
+  }
+
+  // The launch's outcome. A failed stream is replaced by a new one.
+  Status run(const isa::KernelBuilder& b, std::vector<hal::KernelArg> args, uint32_t grid = 1) {
+    StatusOr<isa::Image> image = b.build(dev_->info().local_memory_bytes);
+    if (!image.ok()) return image.status();
+    const hal::DeviceAddr code = upload(*dev_, *image);
+    Status st = dev_->launch(stream_, {code, grid, std::move(args)});
+    if (st.ok()) st = dev_->stream_synchronize(stream_);
+    if (!st.ok()) {
+      dev_->destroy_stream(stream_).ignore();
+      stream_ = dev_->create_stream().value();
+    }
+    return st;
+  }
+
+ private:
+  std::unique_ptr<hal::Device> dev_;
+  hal::StreamId stream_;
+};
+
 inline bool contains(const Status& s, std::string_view text) {
   return s.message().find(text) != std::string::npos;
 }
