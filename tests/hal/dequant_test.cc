@@ -425,16 +425,6 @@ INSTANTIATE_TEST_SUITE_P(Dequant, Tldq,
                                   "_off" + std::to_string(c.offset) + "_gap" + std::to_string(c.gap);
                          });
 
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
 class Gemv : public ::testing::TestWithParam<DType> {};
 
 // y = W x with W (out x in) quantized: TLDQ the rows, then TMMA x (1 x in) against

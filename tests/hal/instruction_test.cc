@@ -151,16 +151,6 @@ Bytes random_elems(DType t, size_t n, uint32_t seed) {
   return encode(t, spread_floats(n, seed, -4, 10));
 }
 
-double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
 std::string name_of(DType t) { return std::string(dtype_name(t)); }
 
 // ---------------------------------------------------------------- device harness
