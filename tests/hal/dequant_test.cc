@@ -1,7 +1,7 @@
 // Dequantization of the block formats: hand-built blocks with values worked out
 // from the format description, random blocks against a plain scalar reference, and
 // the TLDQ / TGATHER instructions on the simulated device.
-#include "hal/sim/dequant.h"
+#include "npurt/isa/quant.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@ namespace {
 using namespace npurt::testing;
 using namespace npurt::isa;
 using hal::KernelArg;
-using sim::dequantize_row;
+using isa::dequantize_row;
 using Bytes = std::vector<uint8_t>;
 
 // f16 bit patterns of a few exact values.
@@ -45,16 +45,16 @@ std::vector<float> dq(const Bytes& blocks, DType t, size_t n) {
 // ---------------------------------------------------------------- f16 scales
 
 TEST(DequantHalf, ConvertsExactly) {
-  EXPECT_EQ(sim::f16_to_f32(0x3C00), 1.0f);
-  EXPECT_EQ(sim::f16_to_f32(0xC000), -2.0f);
-  EXPECT_EQ(sim::f16_to_f32(0x7BFF), 65504.0f);
-  EXPECT_EQ(sim::f16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
-  EXPECT_EQ(sim::f16_to_f32(0x03FF), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(sim::f16_to_f32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
-  EXPECT_EQ(sim::f16_to_f32(0x3555), 0.25f + 341.0f / 4096.0f);  // 2^-2 * (1 + 0x155 / 1024)
-  EXPECT_EQ(std::bit_cast<uint32_t>(sim::f16_to_f32(0x8000)), 0x80000000u);
-  EXPECT_TRUE(std::isinf(sim::f16_to_f32(0xFC00)));
-  EXPECT_TRUE(std::isnan(sim::f16_to_f32(0x7E00)));
+  EXPECT_EQ(isa::f16_to_f32(0x3C00), 1.0f);
+  EXPECT_EQ(isa::f16_to_f32(0xC000), -2.0f);
+  EXPECT_EQ(isa::f16_to_f32(0x7BFF), 65504.0f);
+  EXPECT_EQ(isa::f16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
+  EXPECT_EQ(isa::f16_to_f32(0x03FF), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(isa::f16_to_f32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
+  EXPECT_EQ(isa::f16_to_f32(0x3555), 0.25f + 341.0f / 4096.0f);  // 2^-2 * (1 + 0x155 / 1024)
+  EXPECT_EQ(std::bit_cast<uint32_t>(isa::f16_to_f32(0x8000)), 0x80000000u);
+  EXPECT_TRUE(std::isinf(isa::f16_to_f32(0xFC00)));
+  EXPECT_TRUE(std::isnan(isa::f16_to_f32(0x7E00)));
 }
 
 // ---------------------------------------------------------------- hand-built blocks

@@ -9,8 +9,9 @@
 #include <cstdint>
 
 #include "npurt/isa/isa.h"
+#include "npurt/isa/numeric.h"
 
-namespace npurt::sim {
+namespace npurt::isa {
 
 // All blocks are little-endian byte structures with no padding; f16 values are
 // stored as raw bit patterns.
@@ -54,13 +55,10 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 
-// Exact f16 (raw bits) -> f32, subnormals, infinities and NaN included.
-float f16_to_f32(uint16_t h);
-
 // Writes n values decoded from consecutive blocks of `type` at `blocks` (no
-// alignment needed) to out. n must be a multiple of isa::dtype_block_elems(type) and
+// alignment needed) to out. n must be a multiple of dtype_block_elems(type) and
 // `type` one of the quantized dtypes; anything else is a programming error (checked
 // by assert only: callers validate).
-void dequantize_row(const void* blocks, isa::DType type, float* out, size_t n);
+void dequantize_row(const void* blocks, DType type, float* out, size_t n);
 
-}  // namespace npurt::sim
+}  // namespace npurt::isa

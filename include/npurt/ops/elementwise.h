@@ -1,0 +1,47 @@
+// Elementwise operators over n-element vectors: add, mul, gelu-tanh, silu and the
+// fused gelu_tanh(a) * b of gated MLPs.
+//
+// Arguments: "a" (in), "b" (in, binary ops only), "out" (out), all of `dtype`
+// (f32, bf16 or f16); math is f32 on the cores. The vector is cut into tiles of
+// `tile` elements spread over the cores in contiguous ranges; the last tile may be
+// short, so any n works.
+#pragma once
+
+#include <cstdint>
+
+#include "npurt/ops/operator.h"
+
+namespace npurt::ops {
+
+enum class ElementwiseKind : uint8_t { kAdd, kMul, kGeluTanh, kSilu, kGeluTanhMul };
+
+struct ElementwiseParams {
+  ElementwiseKind kind = ElementwiseKind::kAdd;
+  uint64_t n = 0;
+  isa::DType dtype = isa::DType::kF32;
+  uint32_t tile = 0;   // elements per tile; 0: chosen by the operator
+  uint32_t cores = 0;  // blocks; 0: the target's cores
+};
+
+class Elementwise final : public Operator {
+ public:
+  explicit Elementwise(ElementwiseParams p) : p_(p) {}
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<OpArg> signature() const override;
+  const ElementwiseParams& params() const { return p_; }
+
+ protected:
+  StatusOr<Kernel> emit(const Target& target) const override;
+  void compute_reference(std::span<const HostArg> args) const override;
+
+ private:
+  bool binary() const { return p_.kind != ElementwiseKind::kGeluTanh && p_.kind != ElementwiseKind::kSilu; }
+  ElementwiseParams p_;
+};
+
+// Host f32 definitions shared by references: the same formulas the cores use.
+float gelu_tanh_ref(float x);
+float silu_ref(float x);
+
+}  // namespace npurt::ops

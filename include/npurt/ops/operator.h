@@ -1,0 +1,116 @@
+// Operator: a parameter set that compiles to one tile-ISA kernel and carries an f32
+// host reference of what that kernel computes.
+//
+// Every operator in the library follows the same life cycle (plan, then execute):
+//
+//   ops::Gemv gemv({.m = 2048, .k = 640, .weight = DType::kQ4_K});
+//   StatusOr<ops::Kernel> k = gemv.compile(ops::Target::of(device.info()));
+//   // launch k->image over k->grid blocks with buffers bound in k->args order
+//
+// compile() validates the parameters first; a bad parameter is a kInvalidArgument
+// whose message names the operator and the parameter ("gemv: parameter 'k' ...").
+// The signature (argument names, directions, dtypes and sizes) is a function of
+// the parameters alone, so graphs can lay out buffers before anything is compiled.
+//
+// reference() runs the same computation on the host in f32 (sums in double) over
+// host buffers in the kernel's argument order and dtypes; tests compare a device run
+// with it by relative L2 error.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "npurt/base/status.h"
+#include "npurt/hal/device.h"
+#include "npurt/isa/image.h"
+#include "npurt/isa/isa.h"
+
+namespace npurt::ops {
+
+// One argument of an operator's kernel.
+struct OpArg {
+  std::string name;
+  isa::ArgKind kind = isa::ArgKind::kBuffer;
+  isa::Access access = isa::Access::kIn;
+  isa::DType dtype = isa::DType::kF32;
+  uint64_t elements = 0;  // buffers: element count (whole blocks for quantized types)
+
+  static OpArg buffer(std::string name, isa::Access access, isa::DType dtype, uint64_t elements) {
+    return {std::move(name), isa::ArgKind::kBuffer, access, dtype, elements};
+  }
+  static OpArg scalar(std::string name, isa::DType dtype) {
+    return {std::move(name), isa::ArgKind::kScalar, isa::Access::kIn, dtype, 0};
+  }
+  bool is_scalar() const { return kind == isa::ArgKind::kScalar; }
+  bool writes() const { return access != isa::Access::kIn; }
+  bool reads() const { return access != isa::Access::kOut; }
+  // Byte size of a buffer argument (0 for scalars).
+  uint64_t bytes() const;
+};
+
+// What the device needs to run an operator: a verified image, the launch grid, and
+// the arguments in kernel order (the same list as Operator::signature()).
+struct Kernel {
+  isa::Image image;
+  uint32_t grid = 1;
+  std::vector<OpArg> args;
+};
+
+// The machine a kernel is compiled for. Operators size their tiles to fit
+// `local_bytes` and, by default, split work over `cores` blocks.
+struct Target {
+  uint32_t cores = 8;
+  uint32_t local_bytes = 256u << 10;
+  static Target of(const hal::DeviceInfo& info) { return {info.num_cores, info.local_memory_bytes}; }
+};
+
+// A host-side argument of reference(): the bytes of a buffer (in the argument's
+// dtype) or the raw bits of a scalar, exactly as a launch would pass them.
+struct HostArg {
+  std::span<uint8_t> bytes;
+  uint64_t bits = 0;
+  bool is_scalar = false;
+
+  static HostArg buffer(std::span<uint8_t> b) { return {b, 0, false}; }
+  static HostArg i64(int64_t v) { return {{}, static_cast<uint64_t>(v), true}; }
+  static HostArg f32(float v);
+  float as_f32() const;
+  int64_t as_i64() const { return static_cast<int64_t>(bits); }
+};
+
+class Operator {
+ public:
+  virtual ~Operator() = default;
+
+  // The kind and shape, e.g. "gemv q4_K 262144x640"; names kernels and errors.
+  virtual std::string name() const = 0;
+  // kOk, or kInvalidArgument naming the first bad parameter.
+  virtual Status validate() const = 0;
+  // Arguments in kernel order. Meaningful only when validate() is ok.
+  virtual std::vector<OpArg> signature() const = 0;
+
+  // Validates, emits and verifies the kernel for `target`.
+  StatusOr<Kernel> compile(const Target& target = {}) const;
+  // Checks `args` against the signature (count, kinds, buffer sizes), then writes the
+  // reference result into every output buffer.
+  Status reference(std::span<const HostArg> args) const;
+
+ protected:
+  // Called by compile() with validated parameters: the image and grid. The image's
+  // arguments must match signature() (compile() checks).
+  virtual StatusOr<Kernel> emit(const Target& target) const = 0;
+  // Called by reference() with checked arguments.
+  virtual void compute_reference(std::span<const HostArg> args) const = 0;
+};
+
+// kInvalidArgument "<op>: parameter '<param>' <why>", the form every validate() uses.
+Status invalid_param(std::string_view op, std::string_view param, std::string_view why);
+
+// Host helpers for references: decode a buffer argument to f32 / encode f32 into it.
+std::vector<float> read_f32(const HostArg& arg, isa::DType dtype);
+void write_f32(const HostArg& arg, isa::DType dtype, std::span<const float> values);
+
+}  // namespace npurt::ops

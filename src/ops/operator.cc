@@ -1,0 +1,82 @@
+#include "npurt/ops/operator.h"
+
+#include <bit>
+#include <cstring>
+
+#include "npurt/isa/numeric.h"
+
+namespace npurt::ops {
+
+uint64_t OpArg::bytes() const { return is_scalar() ? 0 : isa::dtype_bytes(dtype, elements); }
+
+HostArg HostArg::f32(float v) { return {{}, std::bit_cast<uint32_t>(v), true}; }
+
+float HostArg::as_f32() const { return std::bit_cast<float>(static_cast<uint32_t>(bits)); }
+
+Status invalid_param(std::string_view op, std::string_view param, std::string_view why) {
+  return Status(StatusCode::kInvalidArgument,
+                std::string(op) + ": parameter '" + std::string(param) + "' " + std::string(why));
+}
+
+namespace {
+
+// The image's argument records must be the signature: a mismatch is a bug in the
+// operator, reported rather than launched with the wrong bindings.
+Status check_image_args(const std::string& op, const isa::Image& image, const std::vector<OpArg>& sig) {
+  const auto& args = image.args();
+  if (args.size() != sig.size()) {
+    return Status(StatusCode::kInternal, op + ": image has " + std::to_string(args.size()) +
+                                             " arguments, signature " + std::to_string(sig.size()));
+  }
+  for (size_t i = 0; i < sig.size(); ++i) {
+    if (args[i].name != sig[i].name || args[i].kind != sig[i].kind || args[i].access != sig[i].access ||
+        args[i].dtype != sig[i].dtype) {
+      return Status(StatusCode::kInternal, op + ": image argument " + std::to_string(i) + " ('" + args[i].name +
+                                               "') does not match the signature ('" + sig[i].name + "')");
+    }
+  }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<Kernel> Operator::compile(const Target& target) const {
+  NPURT_RETURN_IF_ERROR(validate());
+  if (target.cores == 0) return invalid_param(name(), "target.cores", "must be > 0");
+  StatusOr<Kernel> kernel = emit(target);
+  if (!kernel.ok()) return kernel.status().with_context("compiling " + name());
+  kernel->args = signature();
+  NPURT_RETURN_IF_ERROR(check_image_args(name(), kernel->image, kernel->args));
+  if (kernel->grid == 0) return Status(StatusCode::kInternal, name() + ": empty grid");
+  return kernel;
+}
+
+Status Operator::reference(std::span<const HostArg> args) const {
+  NPURT_RETURN_IF_ERROR(validate());
+  const std::vector<OpArg> sig = signature();
+  if (args.size() != sig.size()) {
+    return Status(StatusCode::kInvalidArgument, name() + ": reference needs " + std::to_string(sig.size()) +
+                                                    " arguments, got " + std::to_string(args.size()));
+  }
+  for (size_t i = 0; i < sig.size(); ++i) {
+    if (args[i].is_scalar != sig[i].is_scalar()) {
+      return Status(StatusCode::kInvalidArgument, name() + ": argument '" + sig[i].name + "' must be a " +
+                                                      (sig[i].is_scalar() ? "scalar" : "buffer"));
+    }
+    if (!sig[i].is_scalar() && args[i].bytes.size() != sig[i].bytes()) {
+      return Status(StatusCode::kInvalidArgument,
+                    name() + ": argument '" + sig[i].name + "' needs " + std::to_string(sig[i].bytes()) +
+                        " bytes, got " + std::to_string(args[i].bytes.size()));
+    }
+  }
+  compute_reference(args);
+  return Status();
+}
+
+std::vector<float> read_f32(const HostArg& arg, isa::DType dtype) { return isa::to_f32(arg.bytes, dtype); }
+
+void write_f32(const HostArg& arg, isa::DType dtype, std::span<const float> values) {
+  isa::from_f32(values.data(), dtype, arg.bytes.data(), values.size());
+}
+
+}  // namespace npurt::ops
