@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "hal/sim/dequant_kernels.h"
+#include "hal/sim/tile_kernels.h"
 #include "sim_test_util.h"
 
 namespace npurt {
@@ -352,6 +354,29 @@ TEST_P(DequantRandom, MatchesScalarReference) {
 
 INSTANTIATE_TEST_SUITE_P(Dequant, DequantRandom, ::testing::ValuesIn(kQuantTypes),
                          [](const ::testing::TestParamInfo<DType>& i) { return name_of(i.param); });
+
+// The cores' vectorized decoder gives the reference decoder's bits, on every vector
+// implementation this CPU runs, for unaligned blocks and every scale (subnormal
+// f16 scales included).
+TEST(DequantVectorized, BitIdenticalToReferenceOnEveryTarget) {
+  for (int64_t target : sim::tile_kernels_targets()) {
+    sim::tile_kernels_set_target_for_test(target);
+    for (DType t : kQuantTypes) {
+      const size_t be = dtype_block_elems(t), nb = 24;
+      const Bytes blocks = random_blocks(t, nb, 7 + static_cast<uint32_t>(t));
+      Bytes shifted(blocks.size() + 3);
+      std::memcpy(&shifted[3], blocks.data(), blocks.size());
+      std::vector<float> want(nb * be), got(nb * be, std::nanf(""));
+      dequantize_row(blocks.data(), t, want.data(), want.size());
+      sim::dequantize(&shifted[3], t, got.data(), got.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << name_of(t) << " on " << sim::tile_kernels_target() << ", element " << i;
+      }
+    }
+  }
+  sim::tile_kernels_set_target_for_test(0);
+}
 
 // ---------------------------------------------------------------- device
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "npurt/isa/quant.h"
+#include "hal/sim/dequant_kernels.h"
 #include "hal/sim/tile_kernels.h"
 #include "npurt/isa/verifier.h"
 
@@ -425,7 +425,7 @@ bool Core::Exec::exec_tldq() {
   for (uint32_t r = 0; r < t->rows; ++r) {
     const uint64_t g = first + static_cast<uint64_t>(r) * static_cast<uint64_t>(pitch);
     if (!dense && !check_initialized(g, row_bytes, i.b)) return false;
-    isa::dequantize_row(L.gm->ptr(g), qt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
+    dequantize(L.gm->ptr(g), qt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
   }
   return true;
 }
@@ -457,7 +457,7 @@ bool Core::Exec::exec_gather() {
       uint64_t g = 0;
       if (!gm_window(*a, i.b, static_cast<int64_t>(off), 1, qrow_bytes, 0, &g)) return false;
       if (!check_initialized(g, qrow_bytes, i.b)) return false;
-      isa::dequantize_row(L.gm->ptr(g), gt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
+      dequantize(L.gm->ptr(g), gt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
     }
     return true;
   }
