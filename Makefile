@@ -6,7 +6,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 
-.PHONY: deps build demo test test-release test-asan fuzz bench clean
+.PHONY: deps build demo test test-release test-asan fuzz bench bench-ops clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -34,8 +34,13 @@ fuzz: deps
 
 test: test-release test-asan fuzz
 
-bench: build
+bench: build bench-ops
 	./$(BUILD)/bench/npurt_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+
+# Operator throughput and latency against OpenBLAS and a STREAM-style read: a table on
+# stdout and the same figures as JSON in $(BUILD)/ops_bench.json.
+bench-ops: build
+	./$(BUILD)/bench/npurt_ops_bench --benchmark_out=$(BUILD)/ops_bench.json --benchmark_out_format=json
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -214,6 +214,14 @@ void KernelBuilder::tget(Reg dst, Tile src, Reg flat_index) {
   emit(make(Opcode::kTget, dst.index, src.index, flat_index.index));
 }
 
+void KernelBuilder::tmv(Tile acc, uint8_t arg, Reg offset, Reg row_stride_bytes, Tile x, DType gm_dtype,
+                        bool accumulate) {
+  Insn insn = make(Opcode::kTmv, acc.index, arg, offset.index, row_stride_bytes.index, u8(gm_dtype));
+  insn.e = x.index;
+  insn.flags = accumulate ? kAccumulate : 0;
+  emit(insn);
+}
+
 // ---- output ----
 
 // The largest end of any tile whose placement is fully static, plus reserve_local().

@@ -22,8 +22,8 @@ constexpr std::array<std::string_view, 11> kAluNames = {"add", "sub", "mul", "di
                                                         "max", "shl", "shr", "and", "or"};
 constexpr std::array<std::string_view, 6> kFaluNames = {"add", "sub", "mul", "div", "min", "max"};
 constexpr std::array<std::string_view, 6> kBinNames = {"add", "sub", "mul", "div", "max", "min"};
-constexpr std::array<std::string_view, 9> kUnNames = {"exp",  "rsqrt", "sqrt", "tanh", "gelu_tanh",
-                                                      "silu", "recip", "neg",  "abs"};
+constexpr std::array<std::string_view, 12> kUnNames = {"exp",  "rsqrt", "sqrt", "tanh", "gelu_tanh", "silu",
+                                                       "recip", "neg",  "abs",  "sin",  "cos",       "log"};
 constexpr std::array<std::string_view, 4> kRedNames = {"sum", "max", "sumsq", "argmax"};
 static_assert(kSpecialNames.size() == static_cast<size_t>(Special::kEnd));
 static_assert(kAluNames.size() == static_cast<size_t>(AluOp::kEnd));
@@ -138,6 +138,9 @@ std::string insn_text(const Insn& i) {
     case Opcode::kTbcast:
       return "tbcast " + tile(i.a) + ", " + tile(i.b) + (i.flags == kBcastRow ? ", row" : ", col");
     case Opcode::kTmma: return tmma_text(i);
+    case Opcode::kTmv:
+      return "tmv " + tile(i.a) + ", " + arg(i.b) + "[" + reg(i.c) + "], stride_bytes " + reg(i.d) + ", " +
+             tile(i.e) + ", " + dtype(i.sub) + ((i.flags & kAccumulate) ? ", accumulate" : "");
     case Opcode::kTget: return "tget " + reg(i.a) + ", " + tile(i.b) + "[" + reg(i.c) + "]";
     case Opcode::kOpcodeEnd: break;
   }

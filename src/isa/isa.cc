@@ -93,6 +93,7 @@ std::string_view opcode_name(uint8_t op) {
     case Opcode::kTst: return "TST";
     case Opcode::kTldq: return "TLDQ";
     case Opcode::kTgather: return "TGATHER";
+    case Opcode::kTmv: return "TMV";
     case Opcode::kTfill: return "TFILL";
     case Opcode::kTcvt: return "TCVT";
     case Opcode::kTbin: return "TBIN";

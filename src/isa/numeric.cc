@@ -9,14 +9,8 @@
 
 namespace npurt::isa {
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  uint32_t man = h & 0x3FFu;
-  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));
-  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
-  if (man == 0) return std::bit_cast<float>(sign);
-  // Subnormal: normalize the mantissa into an f32 normal number.
+float f16_subnormal_to_f32(uint32_t sign, uint32_t man) {
+  // Normalize the mantissa into an f32 normal number.
   uint32_t e = 113;  // f32 biased exponent of 2^-14
   while ((man & 0x400u) == 0) {
     man <<= 1;

@@ -65,6 +65,7 @@ enum class FlagKind : uint8_t {
   kBcastOptional,  // kBcastNone, kBcastRow or kBcastCol
   kBcastRequired,  // kBcastRow or kBcastCol
   kMma,            // any combination of kTransB | kAccumulate
+  kAccumulate,     // zero or kAccumulate
 };
 
 // What the immediate holds.
@@ -113,6 +114,7 @@ const OpSpec* op_spec(uint8_t op) {
   static constexpr OpSpec kTbcast{{T, T, U, U, U}, SubKind::kUnused, FlagKind::kBcastRequired};
   static constexpr OpSpec kTmma{{T, T, T, U, U}, SubKind::kUnused, FlagKind::kMma};
   static constexpr OpSpec kTget{{R, T, R, U, U}};
+  static constexpr OpSpec kTmv{{T, LA, R, R, T}, SubKind::kAnyType, FlagKind::kAccumulate};
   switch (static_cast<Opcode>(op)) {
     case Opcode::kNop:
     case Opcode::kExit:
@@ -141,6 +143,7 @@ const OpSpec* op_spec(uint8_t op) {
     case Opcode::kTbcast: return &kTbcast;
     case Opcode::kTmma: return &kTmma;
     case Opcode::kTget: return &kTget;
+    case Opcode::kTmv: return &kTmv;
     case Opcode::kOpcodeEnd: break;
   }
   return nullptr;
@@ -256,6 +259,9 @@ InsnIssue check_flags(FlagKind kind, uint8_t flags) {
       if ((flags & ~(kTransB | kAccumulate)) != 0) {
         return {"flags: bits other than kTransB|kAccumulate", flags};
       }
+      return {};
+    case FlagKind::kAccumulate:
+      if ((flags & ~kAccumulate) != 0) return {"flags: bits other than kAccumulate", flags};
       return {};
   }
   return {};
@@ -457,7 +463,8 @@ class CodeVerifier {
       case Opcode::kTdef: return check_tdef(i, insn);
       case Opcode::kTld:
       case Opcode::kTldq:
-      case Opcode::kTgather: return check_memory(i, op, insn.b, /*store=*/false);
+      case Opcode::kTgather:
+      case Opcode::kTmv: return check_memory(i, op, insn.b, /*store=*/false);
       case Opcode::kTst: return check_memory(i, op, insn.b, /*store=*/true);
       default: return ok_status();
     }

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "hal/sim/dequant_kernels.h"
+#include "npurt/isa/disasm.h"
+#include "npurt/isa/numeric.h"
 #include "hal/sim/tile_kernels.h"
 #include "sim_test_util.h"
 
@@ -378,6 +380,51 @@ TEST(DequantVectorized, BitIdenticalToReferenceOnEveryTarget) {
   sim::tile_kernels_set_target_for_test(0);
 }
 
+// Row dot products straight from blocks (and plain rows) agree with a double-precision
+// dot of the reference-dequantized rows, on every vector implementation, with gaps
+// between rows and rows at odd byte addresses; accumulate adds to y.
+TEST(DequantVectorized, MatVecMatchesDequantizedDot) {
+  constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0,
+                              DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  for (int64_t target : sim::tile_kernels_targets()) {
+    sim::tile_kernels_set_target_for_test(target);
+    for (DType t : kTypes) {
+      const size_t k = dtype_is_quantized(t) ? 3 * dtype_block_elems(t) : 77;  // 77: a vector tail
+      const size_t rows = 5, row_bytes = dtype_is_quantized(t) ? k / dtype_block_elems(t) * dtype_block_bytes(t)
+                                                                  : k * dtype_size(t);
+      const size_t stride = row_bytes + 3;
+      Bytes w(1 + rows * stride);
+      std::vector<float> wf(rows * k);
+      std::mt19937 rng(11 + static_cast<uint32_t>(t));
+      for (size_t r = 0; r < rows; ++r) {
+        Bytes row;
+        if (dtype_is_quantized(t)) {
+          row = random_blocks(t, k / dtype_block_elems(t), 50 + static_cast<uint32_t>(r));
+        } else {
+          const auto v = random_floats(k, 60 + static_cast<uint32_t>(r));
+          row.resize(row_bytes);
+          from_f32(v.data(), t, row.data(), k);
+        }
+        std::memcpy(&w[1 + r * stride], row.data(), row_bytes);
+        to_f32(row.data(), t, &wf[r * k], k);
+      }
+      const auto x = random_floats(k, 99);
+      std::vector<float> y(rows, 0.5f);
+      sim::matvec(&w[1], t, stride, rows, x.data(), k, y.data(), /*accumulate=*/true);
+      for (size_t r = 0; r < rows; ++r) {
+        double want = 0.5, mag = 0;
+        for (size_t j = 0; j < k; ++j) {
+          want += double(wf[r * k + j]) * x[j];
+          mag += std::fabs(double(wf[r * k + j]) * x[j]);
+        }
+        ASSERT_NEAR(y[r], want, 1e-5 * mag + 1e-6)
+            << name_of(t) << " row " << r << " on " << sim::tile_kernels_target();
+      }
+    }
+  }
+  sim::tile_kernels_set_target_for_test(0);
+}
+
 // ---------------------------------------------------------------- device
 
 using Buf = DeviceBuffer;
@@ -610,5 +657,145 @@ TEST(DequantSanitizer, TldqOfNeverWrittenBlocksIsAHazard) {
   EXPECT_TRUE(contains(st, "read of never-written global memory")) << st.to_string();
 }
 
+
+// ---------------------------------------------------------------- TMV
+
+// Rows of W (any weight type) at an offset with gaps, multiplied with x in two K halves:
+// the first TMV overwrites the accumulator (poisoned with NaN), the second accumulates.
+// Compared with a double-precision product of the reference-dequantized rows.
+class Tmv : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Tmv, MatchesDequantizedProductInTwoHalves) {
+  const DType t = GetParam();
+  const size_t be = dtype_block_elems(t), k = dtype_is_quantized(t) ? 4 * be : 100, half = k / 2;
+  const size_t rows = 9, row_bytes = dtype_bytes(t, k), pitch = row_bytes + 5, offset = 3;
+  Bytes gm(offset + rows * pitch, 0xEE);
+  std::vector<float> wf(rows * k);
+  for (size_t r = 0; r < rows; ++r) {
+    Bytes row(row_bytes);
+    if (dtype_is_quantized(t)) {
+      row = random_blocks(t, k / be, 3000 + static_cast<uint32_t>(r));
+    } else {
+      const auto v = random_floats(k, 3100 + static_cast<uint32_t>(r));
+      from_f32(v.data(), t, row.data(), k);
+    }
+    std::memcpy(&gm[offset + r * pitch], row.data(), row_bytes);
+    to_f32(row.data(), t, &wf[r * k], k);
+  }
+  const auto x = random_floats(k, 3200);
+  KernelBuilder b("tmv");
+  const uint8_t aw = b.arg_buffer("w", Access::kIn, t);
+  const uint8_t ax = b.arg_buffer("x", Access::kIn, DType::kF32);
+  const uint8_t ay = b.arg_buffer("y", Access::kInOut, DType::kF32);
+  const Reg zero{0}, off{1}, stride{2}, xoff{3};
+  b.li(zero, 0);
+  b.li(off, static_cast<int64_t>(offset));
+  b.li(stride, static_cast<int64_t>(pitch));
+  b.li(xoff, static_cast<int64_t>(half * 4));
+  b.tdef(Tile{0}, DType::kF32, static_cast<int>(rows), 1, 0);
+  b.tdef(Tile{1}, DType::kF32, 1, static_cast<int>(half), 64);
+  b.tld(Tile{0}, ay, zero, DType::kF32);  // NaN: must be overwritten, not accumulated
+  b.tld(Tile{1}, ax, zero, DType::kF32);
+  b.tmv(Tile{0}, aw, off, stride, Tile{1}, t);
+  b.li(off, static_cast<int64_t>(offset + dtype_bytes(t, half)));
+  b.tld(Tile{1}, ax, xoff, DType::kF32);
+  b.tmv(Tile{0}, aw, off, stride, Tile{1}, t, /*accumulate=*/true);
+  b.tst(Tile{0}, ay, zero, DType::kF32);
+  Sim sim(/*sanitize=*/true);
+  const Buf bw = sim.input(gm), bx = sim.input(x), by = sim.output(rows);
+  NPURT_ASSERT_OK(sim.run(b, {bw.arg(), bx.arg(), by.arg()}));
+  const auto got = sim.read(by);
+  for (size_t r = 0; r < rows; ++r) {
+    double want = 0, mag = 0;
+    for (size_t j = 0; j < k; ++j) {
+      want += double(wf[r * k + j]) * x[j];
+      mag += std::fabs(double(wf[r * k + j]) * x[j]);
+    }
+    EXPECT_NEAR(got[r], want, 1e-5 * mag) << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dequant, Tmv,
+                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0,
+                                           DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                         [](const ::testing::TestParamInfo<DType>& i) { return name_of(i.param); });
+
+// Each malformed TMV faults with a message naming the problem; the device stays usable.
+TEST(TmvFaults, NameTheProblem) {
+  struct Case {
+    const char* what;
+    DType type;
+    int acc_rows, acc_cols, x_cols;
+    int64_t offset;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"i32 weights", DType::kI32, 2, 1, 32, 0, "are i32"},
+      {"accumulator not a column", DType::kF32, 2, 2, 32, 0, "TMV shapes"},
+      {"k not whole blocks", DType::kQ8_0, 2, 1, 48, 0, "not a multiple of the q8_0 block size"},
+      {"rows beyond the buffer", DType::kF32, 64, 1, 32, 0, "out-of-bounds"},
+      {"negative offset", DType::kF32, 2, 1, 32, -4, "negative offset"},
+  };
+  Sim sim;
+  const Buf w = sim.input(Bytes(4096, 1)), x = sim.input(random_floats(64, 1)), y = sim.output(64);
+  for (const Case& c : cases) {
+    KernelBuilder b("tmv_fault");
+    const uint8_t aw = b.arg_buffer("w", Access::kIn, c.type);
+    const uint8_t ax = b.arg_buffer("x", Access::kIn, DType::kF32);
+    b.arg_buffer("y", Access::kOut, DType::kF32);
+    const Reg zero{0}, off{1}, stride{2};
+    b.li(zero, 0);
+    b.li(off, c.offset);
+    b.li(stride, 128);
+    b.tdef(Tile{0}, DType::kF32, c.acc_rows, c.acc_cols, 0);
+    b.tdef(Tile{1}, DType::kF32, 1, c.x_cols, 1024);
+    b.tld(Tile{1}, ax, zero, DType::kF32);
+    b.tmv(Tile{0}, aw, off, stride, Tile{1}, c.type);
+    const Status s = sim.run(b, {w.arg(), x.arg(), y.arg()});
+    EXPECT_EQ(s.code(), StatusCode::kDeviceFault) << c.what;
+    EXPECT_TRUE(contains(s, c.message)) << c.what << ": " << s.to_string();
+  }
+}
+
+TEST(TmvFaults, UninitializedWeightsAreAHazardUnderTheSanitizer) {
+  Sim sim(/*sanitize=*/true);
+  auto addr = sim.dev().allocate(1024);
+  ASSERT_TRUE(addr.ok());
+  const Buf w{*addr, 1024}, x = sim.input(random_floats(32, 2)), y = sim.output(4);
+  KernelBuilder b("tmv_uninit");
+  const uint8_t aw = b.arg_buffer("w", Access::kIn, DType::kQ8_0);
+  const uint8_t ax = b.arg_buffer("x", Access::kIn, DType::kF32);
+  b.arg_buffer("y", Access::kOut, DType::kF32);
+  const Reg zero{0}, stride{1};
+  b.li(zero, 0);
+  b.li(stride, 34);
+  b.tdef(Tile{0}, DType::kF32, 4, 1, 0);
+  b.tdef(Tile{1}, DType::kF32, 1, 32, 64);
+  b.tld(Tile{1}, ax, zero, DType::kF32);
+  b.tmv(Tile{0}, aw, zero, stride, Tile{1}, DType::kQ8_0);
+  const Status s = sim.run(b, {w.arg(), x.arg(), y.arg()});
+  EXPECT_EQ(s.code(), StatusCode::kHazard) << s.to_string();
+}
+
+TEST(TmvEncoding, DisassemblesAndRejectsForeignFlags) {
+  KernelBuilder b("tmv_text");
+  const uint8_t aw = b.arg_buffer("w", Access::kIn, DType::kQ4_K);
+  const Reg zero{0};
+  b.tdef(Tile{0}, DType::kF32, 4, 1, 0);
+  b.tdef(Tile{1}, DType::kF32, 1, 256, 64);
+  b.tmv(Tile{0}, aw, zero, zero, Tile{1}, DType::kQ4_K, /*accumulate=*/true);
+  auto image = b.build();
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  EXPECT_NE(disassemble(*image).find("tmv t0, arg0[r0], stride_bytes r0, t1, q4_K, accumulate"), std::string::npos)
+      << disassemble(*image);
+  Insn bad{};
+  bad.op = static_cast<uint8_t>(Opcode::kTmv);
+  bad.e = 1;
+  bad.sub = static_cast<uint8_t>(DType::kF32);
+  bad.flags = kTransB | kAccumulate;
+  b.emit(bad);
+  const Status s = b.build().status();
+  EXPECT_TRUE(contains(s, "kAccumulate")) << s.to_string();
+}
 }  // namespace
 }  // namespace npurt

@@ -200,6 +200,10 @@ std::vector<OpCase> op_cases() {
        [=](KernelBuilder& b) { b.tmma(t1, t2, t3, kTransB | kAccumulate); },
        {"0000: tmma t1, t2, t3, trans_b, accumulate"}},
       {"tget", [=](KernelBuilder& b) { b.tget(r1, t2, r3); }, {"0000: tget r1, t2[r3]"}},
+      {"tmv", [=](KernelBuilder& b) { b.tmv(t1, 4, r2, r3, t4, DType::kQ4_0); },
+       {"0000: tmv t1, arg4[r2], stride_bytes r3, t4, q4_0"}},
+      {"tmv_acc", [=](KernelBuilder& b) { b.tmv(t1, 0, r2, r3, t4, DType::kBF16, true); },
+       {"0000: tmv t1, arg0[r2], stride_bytes r3, t4, bf16, accumulate"}},
   };
 }
 

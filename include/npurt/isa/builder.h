@@ -127,6 +127,9 @@ class KernelBuilder {
   void tbcast(Tile dst, Tile src, uint8_t bcast);
   void tmma(Tile acc, Tile lhs, Tile rhs, uint8_t flags = 0);
   void tget(Reg dst, Tile src, Reg flat_index);
+  // acc (f32, rows x 1) (+)= W x^T with W's rows read from GM: row i is x.cols values of
+  // gm_dtype at byte offset + i * row_stride_bytes of the argument.
+  void tmv(Tile acc, uint8_t arg, Reg offset, Reg row_stride_bytes, Tile x, DType gm_dtype, bool accumulate = false);
 
   // Appends a raw instruction, unchecked; returns its index. For tests that craft
   // malformed code, and for instructions the helpers above do not cover.

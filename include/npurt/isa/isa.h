@@ -112,6 +112,10 @@ enum class Opcode : uint8_t {
   kTmma = 44,    // t[a] (f32, MxN) (+)= t[b] (MxK) * t[c] (KxN, or NxK with kTransB);
                  //   flags: kTransB, kAccumulate
   kTget = 45,    // r[a] = element r[c] (flat index) of t[b]: f32 bits or int64 for i32
+  // TMV t[a] (f32, rows x 1) (+)= W * t[e]^T: row i of W is t[e].cols values of GM dtype
+  //   sub (f32, bf16, f16 or quantized) at byte r[c] + i * r[d] of arg b; t[e] is an f32
+  //   1 x K tile. Weights stream from GM without a local copy. flags: kAccumulate.
+  kTmv = 46,
   kOpcodeEnd,
 };
 
@@ -126,8 +130,9 @@ enum class Special : uint8_t {
 enum class AluOp : uint8_t { kAdd, kSub, kMul, kDiv, kRem, kMin, kMax, kShl, kShr, kAnd, kOr, kEnd };
 enum class FaluOp : uint8_t { kAdd, kSub, kMul, kDiv, kMin, kMax, kEnd };
 enum class BinOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin, kEnd };
+// Codes are part of the format: new ops are appended before kEnd.
 enum class UnOp : uint8_t {
-  kExp, kRsqrt, kSqrt, kTanh, kGeluTanh, kSilu, kRecip, kNeg, kAbs, kEnd
+  kExp, kRsqrt, kSqrt, kTanh, kGeluTanh, kSilu, kRecip, kNeg, kAbs, kSin, kCos, kLog, kEnd
 };
 enum class RedOp : uint8_t { kSum, kMax, kSumSq, kArgmax, kEnd };
 

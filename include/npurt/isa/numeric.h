@@ -6,6 +6,7 @@
 // the device has the same bits. They are plain loops, not a fast path.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -15,8 +16,20 @@
 
 namespace npurt::isa {
 
-// Exact f16 (raw bits) -> f32, subnormals, infinities and NaN included.
-float f16_to_f32(uint16_t h);
+// The rare path of f16_to_f32: a subnormal f16 (exponent 0, mantissa != 0).
+float f16_subnormal_to_f32(uint32_t sign, uint32_t man);
+
+// Exact f16 (raw bits) -> f32, subnormals, infinities and NaN included. Inline: block
+// decoders call it once per block in their inner loops.
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));
+  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+  if (man == 0) return std::bit_cast<float>(sign);
+  return f16_subnormal_to_f32(sign, man);
+}
 // f32 -> f16 bits, round to nearest even; beyond the f16 range -> infinity;
 // NaN -> quiet NaN.
 uint16_t f32_to_f16(float f);

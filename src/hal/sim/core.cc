@@ -252,6 +252,7 @@ struct Core::Exec {
   bool exec_gather();
   bool exec_tile_math();
   bool exec_tmma();
+  bool exec_tmv();
   bool exec_loop(uint32_t* next_pc);
 
   BlockResult run();
@@ -628,6 +629,43 @@ bool Core::Exec::exec_tmma() {
   return true;
 }
 
+bool Core::Exec::exec_tmv() {
+  const Insn& i = *in;
+  const TileDesc* acc = f32_tile(i.a, "accumulator");
+  const TileDesc* x = acc ? f32_tile(i.e, "x") : nullptr;
+  const ArgBinding* a = x ? arg(i.b) : nullptr;
+  if (!a) return false;
+  if (!a->readable) return fail("arg " + std::to_string(i.b) + " is not readable");
+  if (acc->cols != 1 || x->rows != 1) {
+    return fail("TMV shapes: accumulator " + std::to_string(acc->rows) + "x" + std::to_string(acc->cols) +
+                " (must be rows x 1), x " + std::to_string(x->rows) + "x" + std::to_string(x->cols) +
+                " (must be 1 x K)");
+  }
+  const uint64_t a0 = acc->offset, a1 = a0 + elems(*acc) * 4, x0 = x->offset, x1 = x0 + elems(*x) * 4;
+  if (a0 < x1 && x0 < a1 && elems(*acc) > 0 && elems(*x) > 0) return fail("TMV accumulator overlaps x");
+  const DType wt = static_cast<DType>(i.sub);
+  uint64_t row_bytes = 0;
+  if (isa::dtype_is_quantized(wt)) {
+    if (!quant_row_bytes(*x, wt, "TMV", &row_bytes)) return false;
+  } else if (wt == DType::kI32) {
+    return fail("TMV weights must be f32, bf16, f16 or quantized, are i32");
+  } else {
+    row_bytes = static_cast<uint64_t>(x->cols) * isa::dtype_size(wt);
+  }
+  if (acc->rows == 0) return true;
+  const int64_t pitch = reg(i.d);
+  uint64_t first = 0;
+  if (!gm_window(*a, i.b, reg(i.c), acc->rows, row_bytes, pitch, &first)) return false;
+  for (uint32_t r = 0; r < acc->rows; ++r) {
+    if (!check_initialized(first + static_cast<uint64_t>(r) * static_cast<uint64_t>(pitch), row_bytes, i.b)) {
+      return false;
+    }
+  }
+  matvec(L.gm->ptr(first), wt, static_cast<size_t>(pitch), acc->rows, lf(*x), x->cols, lf(*acc),
+         (i.flags & isa::kAccumulate) != 0);
+  return true;
+}
+
 bool Core::Exec::exec_loop(uint32_t* next_pc) {
   const Insn& i = *in;
   if (i.imm < 0 || static_cast<uint64_t>(i.imm) >= L.num_insns) {
@@ -711,6 +749,7 @@ BlockResult Core::Exec::run() {
       case Opcode::kTldq: ok = exec_tldq(); break;
       case Opcode::kTgather: ok = exec_gather(); break;
       case Opcode::kTmma: ok = exec_tmma(); break;
+      case Opcode::kTmv: ok = exec_tmv(); break;
       default: ok = exec_tile_math(); break;
     }
     if (!ok) return BlockResult::kFaulted;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "npurt/isa/quant.h"
 
@@ -190,6 +191,186 @@ void Dequantize(const void* blocks, isa::DType type, float* out, size_t n) {
   }
 }
 
+// ---- row dot products: y[i] (+)= sum_k row_i[k] * x[k] -----------------------------
+// Each block's integer values are converted and multiplied with x in f32 lanes; the
+// block (or sub-block) sum is then scaled once, so no f32 weight tile is materialized.
+
+// sum_l f32(q[l]) * x[l] over n values (n a multiple of 16), as a vector of partials.
+template <typename DQ, typename Q>
+HWY_INLINE hn::Vec<DF> DotQ(const Q* q, const float* x, size_t n) {
+  const DF df;
+  auto s = hn::Zero(df);
+  for (size_t l = 0; l < n; l += hn::Lanes(df)) {
+    const auto v = hn::ConvertTo(df, hn::PromoteTo(DI32(), hn::LoadU(DQ(), q + l)));
+    s = hn::MulAdd(v, hn::LoadU(df, x + l), s);
+  }
+  return s;
+}
+
+float DotRowQ8_0(const uint8_t* src, const float* x, size_t nb) {
+  const DF df;
+  auto acc = hn::Zero(df);
+  for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ8_0), x += 32) {
+    const auto* q = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ8_0, qs));
+    acc = hn::MulAdd(DotQ<DI8>(q, x, 32), hn::Set(df, HalfAt(src)), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+}
+
+template <bool kFifthBit>
+float DotRowQ4_0Q5_0(const uint8_t* src, const float* x, size_t nb) {
+  const DF df;
+  auto acc = hn::Zero(df);
+  constexpr size_t kBlock = kFifthBit ? sizeof(isa::BlockQ5_0) : sizeof(isa::BlockQ4_0);
+  for (size_t i = 0; i < nb; ++i, src += kBlock, x += 32) {
+    int8_t q[32];
+    if constexpr (kFifthBit) {
+      const uint8_t* qh = src + offsetof(isa::BlockQ5_0, qh);
+      uint8_t h[32];
+      for (int k = 0; k < 4; ++k) std::memcpy(h + 8 * k, &kFifthBits[qh[k]], 8);
+      UnpackNibbles(src + offsetof(isa::BlockQ5_0, qs), h, 16, q);
+    } else {
+      UnpackNibbles(src + offsetof(isa::BlockQ4_0, qs), nullptr, 8, q);
+    }
+    acc = hn::MulAdd(DotQ<DI8>(q, x, 32), hn::Set(df, HalfAt(src)), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+}
+
+// K types: sum over sub-blocks of (d*sc) * sum(q x) - (dmin*m) * sum(x); the sums of
+// x per 32 values (xsum) are computed once per instruction.
+template <bool kFifthBit, typename Block>
+float DotRowK(const uint8_t* src, const float* x, const float* xsum, size_t nb) {
+  const DF df;
+  auto acc = hn::Zero(df);
+  float mins = 0.0f;
+  for (size_t i = 0; i < nb; ++i, src += sizeof(Block), x += 256, xsum += 8) {
+    const float d = HalfAt(src + offsetof(Block, d)), dmin = HalfAt(src + offsetof(Block, dmin));
+    const uint8_t* scales = src + offsetof(Block, scales);
+    [[maybe_unused]] const uint8_t* qh = src + (kFifthBit ? offsetof(isa::BlockQ5_K, qh) : 0);
+    for (int c = 0; c < 4; ++c) {
+      uint8_t sc0, m0, sc1, m1;
+      ScaleMinK4(2 * c, scales, &sc0, &m0);
+      ScaleMinK4(2 * c + 1, scales, &sc1, &m1);
+      const uint8_t* qs = src + offsetof(Block, qs) + 32 * c;
+      uint8_t lo[32], hi[32];
+      for (int l = 0; l < 32; ++l) {
+        lo[l] = qs[l] & 15;
+        hi[l] = qs[l] >> 4;
+        if constexpr (kFifthBit) {
+          lo[l] = static_cast<uint8_t>(lo[l] | (((qh[l] >> (2 * c)) & 1) << 4));
+          hi[l] = static_cast<uint8_t>(hi[l] | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+        }
+      }
+      acc = hn::MulAdd(DotQ<DU8>(lo, x + 64 * c, 32), hn::Set(df, d * static_cast<float>(sc0)), acc);
+      acc = hn::MulAdd(DotQ<DU8>(hi, x + 64 * c + 32, 32), hn::Set(df, d * static_cast<float>(sc1)), acc);
+      mins += dmin * static_cast<float>(m0) * xsum[2 * c] + dmin * static_cast<float>(m1) * xsum[2 * c + 1];
+    }
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc)) - mins;
+}
+
+float DotRowQ6_K(const uint8_t* src, const float* x, size_t nb) {
+  const DF df;
+  auto acc = hn::Zero(df);
+  for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ6_K), x += 256) {
+    const float d = HalfAt(src + offsetof(isa::BlockQ6_K, d));
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
+      const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
+      const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ6_K, scales)) + 8 * half;
+      int8_t q[128];
+      for (int l = 0; l < 32; ++l) {
+        q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+        q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+      }
+      for (int g = 0; g < 8; ++g) {
+        const auto s = DotQ<DI8>(q + 16 * g, x + 128 * half + 16 * g, 16);
+        acc = hn::MulAdd(s, hn::Set(df, d * static_cast<float>(sc[g])), acc);
+      }
+    }
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+}
+
+// Plain rows: two accumulators hide the FMA latency; `load` converts a full vector,
+// `scalar` one element of the tail.
+template <typename LoadF, typename ScalarF>
+HWY_INLINE float DotPlain(const float* x, size_t k, LoadF load, ScalarF scalar) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
+  size_t l = 0;
+  for (; l + 2 * n <= k; l += 2 * n) {
+    a0 = hn::MulAdd(load(l), hn::LoadU(df, x + l), a0);
+    a1 = hn::MulAdd(load(l + n), hn::LoadU(df, x + l + n), a1);
+  }
+  for (; l + n <= k; l += n) a0 = hn::MulAdd(load(l), hn::LoadU(df, x + l), a0);
+  float tail = 0.0f;
+  for (; l < k; ++l) tail += scalar(l) * x[l];
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) + tail;
+}
+
+// GM rows may start at any byte: scalar reads go through memcpy.
+template <typename T>
+HWY_INLINE T LoadAt(const T* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+float DotRowPlain(const uint8_t* row, isa::DType type, const float* x, size_t k) {
+  const DF df;
+  if (type == isa::DType::kF32) {
+    const auto* w = reinterpret_cast<const float*>(row);
+    return DotPlain(x, k, [&](size_t l) { return hn::LoadU(df, w + l); }, [&](size_t l) { return LoadAt<float>(w + l); });
+  }
+  const auto* w = reinterpret_cast<const uint16_t*>(row);
+  const hn::Rebind<uint16_t, DF> d16;
+  if (type == isa::DType::kBF16) {
+    const hn::Rebind<uint32_t, DF> d32;
+    return DotPlain(
+        x, k, [&](size_t l) { return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, w + l)))); },
+        [&](size_t l) { return isa::bf16_to_f32(LoadAt<uint16_t>(w + l)); });
+  }
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return DotPlain(
+      x, k, [&](size_t l) { return hn::PromoteTo(df, hn::BitCast(dh, hn::LoadU(d16, w + l))); },
+      [&](size_t l) { return isa::f16_to_f32(LoadAt<uint16_t>(w + l)); });
+}
+
+void MatVec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+            float* y, bool accumulate) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  const size_t nb = k / isa::dtype_block_elems(type);
+  // Sums of x per 32 values for the K types' minimum terms.
+  std::vector<float> xsum;
+  if (type == isa::DType::kQ4_K || type == isa::DType::kQ5_K) {
+    xsum.resize(k / 32);
+    for (size_t j = 0; j < xsum.size(); ++j) {
+      float s = 0.0f;
+      for (size_t l = 0; l < 32; ++l) s += x[32 * j + l];
+      xsum[j] = s;
+    }
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    const uint8_t* row = base + i * row_stride_bytes;
+    float v;
+    switch (type) {
+      case isa::DType::kQ8_0: v = DotRowQ8_0(row, x, nb); break;
+      case isa::DType::kQ4_0: v = DotRowQ4_0Q5_0<false>(row, x, nb); break;
+      case isa::DType::kQ5_0: v = DotRowQ4_0Q5_0<true>(row, x, nb); break;
+      case isa::DType::kQ4_K: v = DotRowK<false, isa::BlockQ4_K>(row, x, xsum.data(), nb); break;
+      case isa::DType::kQ5_K: v = DotRowK<true, isa::BlockQ5_K>(row, x, xsum.data(), nb); break;
+      case isa::DType::kQ6_K: v = DotRowQ6_K(row, x, nb); break;
+      default: v = DotRowPlain(row, type, x, k); break;
+    }
+    y[i] = accumulate ? y[i] + v : v;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace npurt::sim
 HWY_AFTER_NAMESPACE();
@@ -198,6 +379,12 @@ HWY_AFTER_NAMESPACE();
 namespace npurt::sim {
 
 HWY_EXPORT(Dequantize);
+HWY_EXPORT(MatVec);
+
+void matvec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+            float* y, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(MatVec)(w, type, row_stride_bytes, rows, x, k, y, accumulate);
+}
 
 void dequantize(const void* blocks, isa::DType type, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(Dequantize)(blocks, type, out, n);

@@ -1,4 +1,5 @@
-// Vectorized dequantization for the simulated cores' TLDQ and quantized TGATHER.
+// Vectorized weight decoding for the simulated cores: dequantization for TLDQ and
+// quantized TGATHER, and row dot products straight from GM for TMV.
 //
 // Produces exactly the bits of isa::dequantize_row (the format's reference decoder):
 // the same f32 operations in the same order, only several lanes at a time. The
@@ -15,5 +16,14 @@ namespace npurt::sim {
 // As isa::dequantize_row: n values from consecutive blocks at `blocks` (any
 // alignment); n a multiple of the block size; `type` quantized.
 void dequantize(const void* blocks, isa::DType type, float* out, size_t n);
+
+// y[i] = (accumulate ? y[i] : 0) + sum_{j<k} row_i[j] * x[j] for i < rows, where row i
+// holds k values of `type` (plain f32/bf16/f16 or quantized; k a multiple of the
+// block size) starting at byte i * row_stride_bytes of w. Products and sums are f32;
+// quantized blocks (K types: 32-value sub-blocks) are summed unscaled and then
+// multiplied by their scale, so results match dequantize-then-dot up to f32
+// rounding, not bit for bit.
+void matvec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+            float* y, bool accumulate);
 
 }  // namespace npurt::sim

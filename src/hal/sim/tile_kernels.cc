@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -346,6 +347,67 @@ void UnaryKernel(const float* in, float* out, size_t n) {
   if (i == n) return;
   const auto mask = hn::FirstN(d, n - i);
   hn::BlendedStore(op(hn::MaskedLoad(mask, d, in + i)), mask, d, out + i);
+}
+
+// Ops whose Highway form is accurate on part of the f32 line only. Lanes outside it
+// (rare: RoPE angles, for instance, stay far inside) get the C library's result in
+// double, so every input has a defined, IEEE-conforming answer. The vector form
+// never sees such lanes: they are replaced by 1 first, which keeps its integer
+// range reduction away from overflow.
+//
+// Highway's Sin/Cos reduce with a four-part pi and are accurate to a few ulp for
+// |x| <= 39000 (math-inl.h); beyond that the reduction loses bits.
+constexpr float kTrigMaxArg = 39000.0f;
+
+struct OpSin {
+  static bool InRange(float x) { return std::fabs(x) <= kTrigMaxArg; }
+  static float Scalar(float x) { return static_cast<float>(std::sin(static_cast<double>(x))); }
+  HWY_INLINE hn::Mask<DF> Outside(VF x) const { return hn::Not(hn::Le(hn::Abs(x), hn::Set(DF(), kTrigMaxArg))); }
+  // Highway's Sin(-0) is +0; keep the sign of zero as IEEE sin does.
+  HWY_INLINE VF operator()(VF x) const {
+    return hn::IfThenElse(hn::Eq(x, hn::Zero(DF())), x, hn::Sin(DF(), x));
+  }
+};
+struct OpCos {
+  static bool InRange(float x) { return OpSin::InRange(x); }
+  static float Scalar(float x) { return static_cast<float>(std::cos(static_cast<double>(x))); }
+  HWY_INLINE hn::Mask<DF> Outside(VF x) const { return OpSin().Outside(x); }
+  HWY_INLINE VF operator()(VF x) const { return hn::Cos(DF(), x); }
+};
+// Highway's Log is valid on (0, FLT_MAX], subnormals included; 0, negatives, +inf and
+// NaN take the scalar path (-inf, NaN, +inf, NaN).
+struct OpLog {
+  static bool InRange(float x) { return x > 0.0f && x < std::numeric_limits<float>::infinity(); }
+  static float Scalar(float x) { return static_cast<float>(std::log(static_cast<double>(x))); }
+  HWY_INLINE hn::Mask<DF> Outside(VF x) const {
+    const DF d;
+    return hn::Not(hn::And(hn::Gt(x, hn::Zero(d)), hn::Lt(x, hn::Inf(d))));
+  }
+  HWY_INLINE VF operator()(VF x) const { return hn::Log(DF(), x); }
+};
+
+template <class Op>
+void RangedUnaryKernel(const float* in, float* out, size_t n) {
+  const DF d;
+  const Op op;
+  const VF one = hn::Set(d, 1.0f);
+  for (size_t i = 0; i < n; i += kN) {
+    const size_t lanes = std::min(kN, n - i);
+    const auto valid = hn::FirstN(d, lanes);
+    const VF x = hn::MaskedLoad(valid, d, in + i);
+    const auto outside = op.Outside(x);
+    VF y = op(hn::IfThenElse(outside, one, x));
+    if (HWY_UNLIKELY(!hn::AllFalse(d, hn::And(outside, valid)))) {
+      HWY_ALIGN float ys[kN];
+      hn::Store(y, d, ys);
+      // `out` may alias `in`, but these lanes of it are written only below.
+      for (size_t j = 0; j < lanes; ++j) {
+        if (!Op::InRange(in[i + j])) ys[j] = Op::Scalar(in[i + j]);
+      }
+      y = hn::Load(d, ys);
+    }
+    hn::BlendedStore(y, valid, d, out + i);
+  }
 }
 
 // ---- Row reductions ------------------------------------------------------------------
@@ -937,7 +999,7 @@ constexpr detail::KernelTable kTable = {
     // Order of isa::UnOp.
     {&UnaryKernel<OpExp>, &UnaryKernel<OpRsqrt>, &UnaryKernel<OpSqrt>, &UnaryKernel<OpTanh>,
      &UnaryKernel<OpGeluTanh>, &UnaryKernel<OpSilu>, &UnaryKernel<OpRecip>, &UnaryKernel<OpNeg>,
-     &UnaryKernel<OpAbs>},
+     &UnaryKernel<OpAbs>, &RangedUnaryKernel<OpSin>, &RangedUnaryKernel<OpCos>, &RangedUnaryKernel<OpLog>},
     // Order of isa::RedOp.
     {&ReduceSum, &ReduceMax, &ReduceSumSq, &ReduceArgmax},
     &Matmul,
@@ -958,7 +1020,7 @@ HWY_AFTER_NAMESPACE();
 namespace npurt::sim {
 
 // The table arrays above are listed in enum order; catch an enum that grows.
-static_assert(detail::kNumBinOps == 6 && detail::kNumUnOps == 9 && detail::kNumRedOps == 4,
+static_assert(detail::kNumBinOps == 6 && detail::kNumUnOps == 12 && detail::kNumRedOps == 4,
               "update the kernel tables for the new ops");
 
 float* detail::scratch_floats(ScratchSlot slot, size_t count) {

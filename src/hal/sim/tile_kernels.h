@@ -50,6 +50,12 @@ void binary_scalar(isa::BinOp op, const float* a, float s, float* out, size_t n)
 //   exp, tanh: polynomial approximations, a few ulp; exp overflows to +inf above ~88.7.
 //   gelu_tanh(x) = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), silu(x) = x/(1+exp(-x)).
 //   sqrt, recip (1/x), neg, abs: exact IEEE results; rsqrt = 1/sqrt(x) (two roundings).
+//   sin, cos: polynomial after a four-part pi range reduction, for |x| <= 39000:
+//     within 3 ulp (about 1.8 measured) and an absolute error below 1e-7. Larger |x|
+//     are computed element by element with the C library in double and rounded to
+//     f32 (as accurate, much slower); +-inf gives NaN; sin(+-0) = +-0.
+//   log (natural): polynomial, within 3 ulp on (0, +inf), subnormals included;
+//     log(+-0) = -inf, log(x < 0) = NaN, log(+inf) = +inf.
 // NaN inputs give NaN for every op except abs/neg, which only change the sign bit.
 void unary(isa::UnOp op, const float* in, float* out, size_t n);
 

@@ -1,0 +1,65 @@
+// OpRunner: one compiled operator resident on a simulated device with random
+// inputs, launched and waited for on each run(): what the operator benchmarks time.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "npurt/exec/code_registry.h"
+#include "npurt/hal/sim_device.h"
+#include "npurt/ops/operator.h"
+#include "ops/random_inputs.h"
+
+namespace npurt::bench {
+
+class OpRunner {
+ public:
+  // Scalars the operator declares are bound from `scalars` by name (raw launch bits).
+  OpRunner(const ops::Operator& op, std::map<std::string, uint64_t> scalars = {}, hal::SimOptions options = {}) {
+    dev_ = std::move(hal::create_sim_device(options)).value();
+    registry_ = std::make_unique<exec::CodeRegistry>(*dev_);
+    kernel_ = std::make_unique<ops::Kernel>(std::move(op.compile(ops::Target::of(dev_->info()))).value());
+    code_ = std::move(registry_->register_image(kernel_->image)).value();
+    stream_ = dev_->create_stream().value();  // created after publishing: no stale lines
+    std::mt19937 rng(7);
+    params_ = {code_.address(), kernel_->grid, {}};
+    for (const ops::OpArg& a : kernel_->args) {
+      if (a.is_scalar()) {
+        params_.args.push_back(hal::KernelArg{true, 0, 0, scalars.at(a.name)});
+        continue;
+      }
+      const auto bytes = testing::random_bytes_for(a, rng);
+      const hal::DeviceAddr addr = dev_->allocate(bytes.size()).value();
+      check(dev_->copy_to_device(stream_, addr, bytes.data(), bytes.size()));
+      check(dev_->stream_synchronize(stream_));  // the copy reads `bytes` asynchronously
+      params_.args.push_back(hal::KernelArg::buffer(addr, bytes.size()));
+    }
+  }
+
+  void run() {
+    check(dev_->launch(stream_, params_));
+    check(dev_->stream_synchronize(stream_));
+  }
+  uint32_t grid() const { return kernel_->grid; }
+  hal::Device& device() { return *dev_; }
+
+ private:
+  static void check(const Status& s) {
+    if (!s.ok()) {
+      std::fprintf(stderr, "operator benchmark: %s\n", s.to_string().c_str());
+      std::abort();
+    }
+  }
+
+  std::unique_ptr<hal::Device> dev_;
+  std::unique_ptr<exec::CodeRegistry> registry_;
+  std::unique_ptr<ops::Kernel> kernel_;
+  exec::CodeHandle code_;
+  hal::StreamId stream_{};
+  hal::LaunchParams params_;
+};
+
+}  // namespace npurt::bench

@@ -1,0 +1,118 @@
+// Data movement: contiguous copies with dtype conversion, strided 2-D copies (the
+// KV-cache append), and 2-D transposes.
+//
+// Copy: "src" (in, n elements of src_dtype) -> "dst" (out, n elements of dst_dtype).
+//   Conversions round to nearest even, so a copy is exact whenever dst_dtype can hold
+//   every value (f32 <- bf16/f16, and any same-type copy).
+//
+// StridedCopy: rows x cols elements from "src" (row r at element r * src_stride) into
+//   "dst" (row r at element (dst_row + r) * dst_stride). dst is inout: elements the
+//   copy does not write keep their contents. The row offset dst_row is 0, or with
+//   dst_row_runtime the value of the i32 scalar argument "dst_row" (after "dst"),
+//   read at launch: a KV-cache append writes one new row at position p this way with
+//   one compiled kernel. A dst_row that puts any row outside dst faults the launch
+//   (GM accesses are bounds-checked); nothing is written out of bounds.
+//   Buffers: src has (rows - 1) * src_stride + cols elements, dst
+//   (dst_rows - 1) * dst_stride + cols, so a copy may target a column slice.
+//
+// Transpose: "src" (in, rows x cols of dtype) -> "dst" (out, cols x rows of dtype).
+//   There is no transpose instruction; each tile is multiplied by an identity
+//   matrix (dst tile = I * src_tile^T with TMMA's transposed operand), which
+//   reproduces every finite value exactly, with two caveats: -0 becomes +0 (the
+//   products with the identity's zeros add +0), and an Inf or NaN in a src row
+//   turns every dst value of that row within the same tile into NaN (Inf * 0 = NaN).
+//   Callers that transpose non-finite data need a different path.
+//
+// dtypes are f32, bf16 or f16 throughout.
+#pragma once
+
+#include <cstdint>
+
+#include "npurt/ops/operator.h"
+
+namespace npurt::ops {
+
+struct CopyParams {
+  uint64_t n = 0;
+  isa::DType src_dtype = isa::DType::kF32;
+  isa::DType dst_dtype = isa::DType::kF32;
+  uint32_t tile = 0;   // elements per tile; 0: chosen by the operator
+  uint32_t cores = 0;  // blocks; 0: the target's cores
+};
+
+class Copy final : public Operator {
+ public:
+  explicit Copy(CopyParams p) : p_(p) {}
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<OpArg> signature() const override;
+  const CopyParams& params() const { return p_; }
+
+ protected:
+  StatusOr<Kernel> emit(const Target& target) const override;
+  void compute_reference(std::span<const HostArg> args) const override;
+
+ private:
+  CopyParams p_;
+};
+
+struct StridedCopyParams {
+  uint64_t rows = 1;
+  uint32_t cols = 0;
+  uint64_t src_stride = 0;  // elements between src rows; 0: cols
+  uint64_t dst_stride = 0;  // elements between dst rows; 0: cols
+  uint64_t dst_rows = 0;    // rows of dst; 0: rows
+  bool dst_row_runtime = false;
+  isa::DType src_dtype = isa::DType::kF32;
+  isa::DType dst_dtype = isa::DType::kF32;
+  uint32_t rows_per_tile = 0;  // 0: chosen by the operator
+  uint32_t cores = 0;          // blocks; 0: the target's cores
+};
+
+class StridedCopy final : public Operator {
+ public:
+  explicit StridedCopy(StridedCopyParams p) : p_(p) {}
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<OpArg> signature() const override;
+  const StridedCopyParams& params() const { return p_; }
+
+ protected:
+  StatusOr<Kernel> emit(const Target& target) const override;
+  void compute_reference(std::span<const HostArg> args) const override;
+
+ private:
+  uint64_t src_stride() const { return p_.src_stride ? p_.src_stride : p_.cols; }
+  uint64_t dst_stride() const { return p_.dst_stride ? p_.dst_stride : p_.cols; }
+  uint64_t dst_rows() const { return p_.dst_rows ? p_.dst_rows : p_.rows; }
+  StridedCopyParams p_;
+};
+
+struct TransposeParams {
+  uint64_t rows = 0;  // of src
+  uint64_t cols = 0;  // of src
+  isa::DType dtype = isa::DType::kF32;
+  uint32_t tile_rows = 0;  // src rows per tile; 0: chosen by the operator
+  uint32_t tile_cols = 0;  // src cols per tile (the identity's size); 0: chosen by the operator
+  uint32_t cores = 0;      // blocks; 0: the target's cores
+};
+
+class Transpose final : public Operator {
+ public:
+  explicit Transpose(TransposeParams p) : p_(p) {}
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<OpArg> signature() const override;
+  const TransposeParams& params() const { return p_; }
+
+ protected:
+  StatusOr<Kernel> emit(const Target& target) const override;
+  void compute_reference(std::span<const HostArg> args) const override;
+
+ private:
+  uint64_t tile_rows() const;
+  uint64_t tile_cols() const;
+  TransposeParams p_;
+};
+
+}  // namespace npurt::ops

@@ -1,0 +1,45 @@
+// Embedding lookup of one token: out = table[token] * scale.
+//
+// Arguments: "table" (in, `dtype`, vocab x dim row-major; quantized rows are
+// dim / block_elems consecutive blocks), scalar "token" (i32) and "out" (out, f32,
+// dim). The row is fetched with one TGATHER (quantized rows are dequantized exactly as
+// by the host's to_f32) and scaled in f32, so plain and quantized tables match the
+// reference to f32 rounding of the one multiply.
+//
+// A token outside [0, vocab) is never clamped: the gather faults (negative index, or a
+// row outside the table buffer) and the launch fails with kDeviceFault.
+//
+// One block does the whole row: a single row is one gather and one multiply, too little
+// work to split. dim x 4 bytes must fit a core's local memory.
+#pragma once
+
+#include <cstdint>
+
+#include "npurt/ops/operator.h"
+
+namespace npurt::ops {
+
+struct EmbeddingParams {
+  uint64_t vocab = 0;
+  uint32_t dim = 0;
+  isa::DType dtype = isa::DType::kF32;  // f32, bf16, f16 or a quantized block type
+  float scale = 1.0f;                   // Gemma-3: sqrt(hidden) = 25.298222 for hidden 640
+};
+
+class Embedding final : public Operator {
+ public:
+  explicit Embedding(EmbeddingParams p) : p_(p) {}
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<OpArg> signature() const override;
+  const EmbeddingParams& params() const { return p_; }
+
+ protected:
+  StatusOr<Kernel> emit(const Target& target) const override;
+  void compute_reference(std::span<const HostArg> args) const override;
+
+ private:
+  EmbeddingParams p_;
+};
+
+}  // namespace npurt::ops

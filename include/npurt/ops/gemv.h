@@ -1,0 +1,53 @@
+// Matrix-vector product y = epilogue(A x): the projections of single-token inference.
+//
+// Arguments, in kernel order:
+//   "w" (in, `weight` dtype, m * k elements): A, m rows of k values, rows contiguous.
+//       Quantized types hold each row as k / block_elems consecutive GGUF blocks,
+//       which is exactly GGUF's layout of a [k, m] tensor.
+//   "x" (in, f32, k elements)
+//   "y" (out, f32, m elements)
+// Weights may be f32, bf16, f16 or q8_0, q4_0, q5_0, q4_K, q5_K, q6_K; quantized
+// rows are dequantized exactly, then products are accumulated in f32 (the reference
+// sums in double, so long rows differ by f32 rounding only). The epilogue runs on the
+// cores' approximations of gelu_tanh / silu (a few ulp).
+//
+// Each block takes a contiguous range of rows and walks it in tiles of rows_per_tile
+// rows by k_tile columns; the last row tile may be short, and k need not be a
+// multiple of k_tile.
+#pragma once
+
+#include <cstdint>
+
+#include "npurt/ops/operator.h"
+
+namespace npurt::ops {
+
+enum class GemvEpilogue : uint8_t { kNone, kGeluTanh, kSilu };
+
+struct GemvParams {
+  uint64_t m = 0;  // rows of A, elements of y
+  uint64_t k = 0;  // columns of A, elements of x; a multiple of the block for quantized weights
+  isa::DType weight = isa::DType::kF32;
+  GemvEpilogue epilogue = GemvEpilogue::kNone;
+  uint32_t rows_per_tile = 0;  // 0: chosen by the operator
+  uint32_t k_tile = 0;         // columns per tile (a multiple of the block); 0: chosen by the operator
+  uint32_t cores = 0;          // blocks; 0: the target's cores
+};
+
+class Gemv final : public Operator {
+ public:
+  explicit Gemv(GemvParams p) : p_(p) {}
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<OpArg> signature() const override;
+  const GemvParams& params() const { return p_; }
+
+ protected:
+  StatusOr<Kernel> emit(const Target& target) const override;
+  void compute_reference(std::span<const HostArg> args) const override;
+
+ private:
+  GemvParams p_;
+};
+
+}  // namespace npurt::ops

@@ -1,0 +1,127 @@
+#include "npurt/ops/argmax.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "npurt/isa/builder.h"
+#include "ops/emit_util.h"
+
+namespace npurt::ops {
+
+using isa::AluOp;
+using isa::DType;
+using isa::RedOp;
+using isa::Reg;
+using isa::Tile;
+
+namespace {
+
+constexpr char kOp[] = "argmax";
+// Elements per load: large loads amortize the dispatch, 128 KiB leaves room for the
+// per-row results.
+constexpr uint64_t kLoadElements = 32768;
+// Rows are listed in local memory and named by TDEF immediates.
+constexpr uint64_t kMaxRows = 65535;
+
+}  // namespace
+
+std::string Argmax::name() const { return std::string(kOp) + " f32 " + std::to_string(p_.n); }
+
+Status Argmax::validate() const {
+  if (p_.n == 0) return invalid_param(kOp, "n", "must be > 0");
+  if (p_.n > INT32_MAX) return invalid_param(kOp, "n", "must be < 2^31 (the index is i32)");
+  if (p_.chunk > 65535) return invalid_param(kOp, "chunk", "must be <= 65535");
+  if (ceil_div(p_.n, chunk()) > kMaxRows) return invalid_param(kOp, "chunk", "splits n into more than 65535 rows");
+  return Status();
+}
+
+std::vector<OpArg> Argmax::signature() const {
+  return {OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.n), OpArg::buffer("index", isa::Access::kOut, DType::kI32, 1)};
+}
+
+uint64_t Argmax::chunk() const {
+  // Rows of 1024 keep the row list short (256 rows at 262144 elements).
+  const uint64_t c = p_.chunk ? p_.chunk : std::max<uint64_t>(1024, ceil_div(p_.n, 4096));
+  return std::min<uint64_t>(c, p_.n);
+}
+
+StatusOr<Kernel> Argmax::emit(const Target& target) const {
+  const uint64_t chunk = this->chunk(), rows = ceil_div(p_.n, chunk), full_rows = p_.n / chunk;
+  const uint64_t tail = p_.n % chunk;
+  const uint64_t rows_per_load = std::clamp<uint64_t>(kLoadElements / chunk, 1, std::max<uint64_t>(full_rows, 1));
+  // Local layout: the loaded rows, each row's maximum (f32), its position (i32), the
+  // best row and the result.
+  const uint64_t max_at = 4 * rows_per_load * chunk, pos_at = max_at + 4 * rows, best_at = pos_at + 4 * rows;
+  const uint64_t local = best_at + 8;
+  if (local > target.local_bytes) {
+    return invalid_param(kOp, "chunk", "needs " + std::to_string(local) + " bytes of local memory, the target has " +
+                                           std::to_string(target.local_bytes));
+  }
+  const int chunk_cols = static_cast<int>(chunk), nrows = static_cast<int>(rows);
+
+  isa::KernelBuilder b(name());
+  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, DType::kF32);
+  const uint8_t index = b.arg_buffer("index", isa::Access::kOut, DType::kI32);
+  const Reg loads{0}, left{1}, off{2}, slot{3}, nload{4}, bytes{5}, zero{6}, best_row{7}, best_col{8}, result{9};
+  const Tile data{0}, maxima{1}, positions{2}, best{3}, out{4};
+  b.li(loads, static_cast<int64_t>(ceil_div(full_rows, rows_per_load)));
+  b.li(left, static_cast<int64_t>(full_rows));
+  b.li(off, 0);
+  b.li(slot, 0);  // byte offset of the next row's entries in the maxima/positions lists
+  b.loop_begin(loads);
+  b.alui(AluOp::kMin, nload, left, static_cast<int64_t>(rows_per_load));
+  b.tdef(data, DType::kF32, nload, chunk_cols, 0);
+  b.tld(data, x, off, DType::kF32);
+  b.tdef(maxima, DType::kF32, nload, 1, static_cast<uint32_t>(max_at), slot);
+  b.tdef(positions, DType::kI32, nload, 1, static_cast<uint32_t>(pos_at), slot);
+  b.tred(RedOp::kMax, maxima, data);
+  b.tred(RedOp::kArgmax, positions, data);
+  b.alui(AluOp::kMul, bytes, nload, static_cast<int64_t>(chunk) * 4);
+  b.alu(AluOp::kAdd, off, off, bytes);
+  b.alui(AluOp::kMul, bytes, nload, 4);
+  b.alu(AluOp::kAdd, slot, slot, bytes);
+  b.alu(AluOp::kSub, left, left, nload);
+  b.loop_end();
+  if (tail) {  // the short last row; off and slot point at it
+    b.tdef(data, DType::kF32, 1, static_cast<int>(tail), 0);
+    b.tld(data, x, off, DType::kF32);
+    b.tdef(maxima, DType::kF32, 1, 1, static_cast<uint32_t>(max_at), slot);
+    b.tdef(positions, DType::kI32, 1, 1, static_cast<uint32_t>(pos_at), slot);
+    b.tred(RedOp::kMax, maxima, data);
+    b.tred(RedOp::kArgmax, positions, data);
+  }
+  // The first row holding the overall maximum holds the first maximum.
+  b.tdef(maxima, DType::kF32, 1, nrows, static_cast<uint32_t>(max_at));
+  b.tdef(positions, DType::kI32, 1, nrows, static_cast<uint32_t>(pos_at));
+  b.tdef(best, DType::kI32, 1, 1, static_cast<uint32_t>(best_at));
+  b.tred(RedOp::kArgmax, best, maxima);
+  b.li(zero, 0);
+  b.tget(best_row, best, zero);
+  b.tget(best_col, positions, best_row);
+  b.alui(AluOp::kMul, result, best_row, static_cast<int64_t>(chunk));
+  b.alu(AluOp::kAdd, result, result, best_col);
+  b.tdef(out, DType::kI32, 1, 1, static_cast<uint32_t>(best_at + 4));
+  b.tfill(out, result);
+  b.tst(out, index, zero, DType::kI32);
+  b.exit();
+  b.reserve_local(static_cast<uint32_t>(local));
+  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
+  return Kernel{std::move(image), 1, {}};
+}
+
+void Argmax::compute_reference(std::span<const HostArg> args) const {
+  const std::vector<float> x = read_f32(args[0], DType::kF32);
+  float best = -INFINITY;
+  uint64_t best_index = 0;
+  for (uint64_t i = 0; i < x.size(); ++i) {
+    if (x[i] > best) {  // false for NaN, and for later equal values
+      best = x[i];
+      best_index = i;
+    }
+  }
+  // Written as raw i32: an f32 round trip would lose indices above 2^24.
+  const int32_t result = static_cast<int32_t>(best_index);
+  std::memcpy(args[1].bytes.data(), &result, sizeof(result));
+}
+
+}  // namespace npurt::ops

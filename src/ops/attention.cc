@@ -1,0 +1,296 @@
+#include "npurt/ops/attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "npurt/isa/builder.h"
+#include "ops/emit_util.h"
+
+namespace npurt::ops {
+
+using isa::AluOp;
+using isa::BinOp;
+using isa::DType;
+using isa::Reg;
+using isa::Tile;
+
+namespace {
+
+constexpr const char* kOp = "decode_attention";
+
+bool is_kv_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// How one block's work unit (a sub-group of `heads` query heads of one kv group) uses
+// local memory: the scaled queries, the output accumulator, five per-head statistics
+// columns, the score tile (heads x tile_t) and one K-or-V tile (tile_t x head_dim in
+// the cache dtype; V reuses K's space once the scores are computed).
+struct Layout {
+  uint32_t heads = 0, dim = 0, tile_t = 0, kv_esize = 0;
+
+  uint64_t q() const { return 0; }
+  uint64_t o() const { return q() + uint64_t{heads} * dim * 4; }
+  uint64_t stat(int i) const { return o() + uint64_t{heads} * dim * 4 + uint64_t{heads} * 4 * i; }
+  uint64_t scores() const { return stat(kNumStats); }
+  uint64_t kv() const { return scores() + uint64_t{heads} * tile_t * 4; }
+  uint64_t end() const { return kv() + uint64_t{tile_t} * dim * kv_esize; }
+
+  // Bytes that do not depend on tile_t, and those each position of a tile adds.
+  uint64_t fixed_bytes() const { return scores(); }
+  uint64_t per_position_bytes() const { return uint64_t{heads} * 4 + uint64_t{dim} * kv_esize; }
+
+  static constexpr int kNumStats = 5;  // running max, tile max, rescale factor, running sum, tile sum
+};
+
+// The largest divisor d of `group` with kv_heads * d <= cores: how many sub-groups each
+// kv group's query heads are split into so that the units fill the cores.
+uint32_t subgroups_for(uint32_t group, uint32_t kv_heads, uint32_t cores) {
+  uint32_t best = 1;
+  for (uint32_t d = 1; d <= group; ++d) {
+    if (group % d == 0 && uint64_t{kv_heads} * d <= cores) best = d;
+  }
+  return best;
+}
+
+// Faults the block (integer division by zero) unless 1 <= len <= max_len, so an
+// out-of-range len never reaches a cache access. Clobbers `t0` and `t1`.
+void emit_len_guard(isa::KernelBuilder& b, Reg len, int64_t max_len, Reg t0, Reg t1) {
+  b.alui(AluOp::kMax, t0, len, 0);
+  b.alui(AluOp::kMin, t0, t0, 1);  // 1 iff len >= 1
+  b.li(t1, max_len + 1);
+  b.alu(AluOp::kSub, t1, t1, len);
+  b.alui(AluOp::kMax, t1, t1, 0);
+  b.alui(AluOp::kMin, t1, t1, 1);  // 1 iff len <= max_len
+  b.alu(AluOp::kMul, t0, t0, t1);
+  b.li(t1, 1);
+  b.alu(AluOp::kDiv, t0, t1, t0);
+}
+
+int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
+
+// Bytes between consecutive positions of a cache.
+int64_t position_bytes(const DecodeAttentionParams& p) {
+  return int64_t{p.n_kv_heads} * p.head_dim * static_cast<int64_t>(isa::dtype_size(p.kv_dtype));
+}
+
+// Scalar registers and tile registers of the kernel.
+constexpr Reg kBlock{0}, kUnit{1}, kUnitCount{2}, kLen{3}, kTmp{4}, kFirstPos{5}, kTiles{6}, kQOff{7}, kKvOff{8},
+    kLeft{9}, kRows{10}, kStride{11}, kScale{12}, kNegInf{13}, kZero{14}, kPositions{15}, kFirstPosBytes{16};
+constexpr Tile kQ{0}, kO{1}, kMax{2}, kTileMax{3}, kRescale{4}, kSum{5}, kTileSum{6}, kScores{7}, kKv{8};
+
+struct Plan {
+  Layout lay;
+  uint32_t subgroups = 1;  // query sub-groups per kv group
+  int64_t units = 0;       // work units: kv heads x sub-groups
+  uint32_t grid = 1;
+};
+
+StatusOr<Plan> plan_for(const DecodeAttentionParams& p, const Target& target) {
+  const uint32_t cores = p.cores ? p.cores : target.cores;
+  const uint32_t group = p.n_heads / p.n_kv_heads;
+  Plan plan;
+  plan.subgroups = subgroups_for(group, p.n_kv_heads, cores);
+  plan.units = int64_t{p.n_kv_heads} * plan.subgroups;
+  plan.grid = grid_for(plan.units, cores);
+  Layout& lay = plan.lay;
+  lay = {group / plan.subgroups, p.head_dim, 0, static_cast<uint32_t>(isa::dtype_size(p.kv_dtype))};
+  if (lay.fixed_bytes() + lay.per_position_bytes() > target.local_bytes) {
+    return invalid_param(kOp, "head_dim", "is too large for local memory");
+  }
+  if (p.tile_t == 0) {
+    // As many positions per tile as fit: fewer, larger instructions.
+    const uint64_t fit = (target.local_bytes - lay.fixed_bytes()) / lay.per_position_bytes();
+    lay.tile_t = static_cast<uint32_t>(std::min<uint64_t>(fit, p.max_len));
+    return plan;
+  }
+  lay.tile_t = p.tile_t;
+  if (lay.end() > target.local_bytes) {
+    return invalid_param(kOp, "tile_t", "needs " + std::to_string(lay.end()) + " bytes of local memory, cores have " +
+                                             std::to_string(target.local_bytes));
+  }
+  return plan;
+}
+
+// Reads len, faults unless 1 <= len <= max_len, and leaves the attended positions
+// [kFirstPos, len) in registers: kPositions of them in kTiles tiles of `tile_t`,
+// starting kFirstPosBytes into a cache.
+void emit_position_range(isa::KernelBuilder& b, const DecodeAttentionParams& p, uint8_t len_arg, int64_t tile_t) {
+  b.arg_value(kLen, len_arg);
+  b.alui(AluOp::kShl, kLen, kLen, 32);  // the scalar's low 32 bits, sign-extended: the i32 value
+  b.alui(AluOp::kShr, kLen, kLen, 32);
+  emit_len_guard(b, kLen, p.max_len, kTmp, kFirstPos);
+  if (p.window) {
+    b.alui(AluOp::kSub, kFirstPos, kLen, p.window);
+    b.alui(AluOp::kMax, kFirstPos, kFirstPos, 0);
+  } else {
+    b.li(kFirstPos, 0);
+  }
+  b.alu(AluOp::kSub, kPositions, kLen, kFirstPos);
+  b.alui(AluOp::kAdd, kTiles, kPositions, tile_t - 1);
+  b.alui(AluOp::kDiv, kTiles, kTiles, tile_t);
+  b.alui(AluOp::kMul, kFirstPosBytes, kFirstPos, position_bytes(p));
+}
+
+// Queries, output accumulator and per-head statistics: fixed shapes for the kernel.
+void emit_static_tiles(isa::KernelBuilder& b, const Layout& lay) {
+  const auto def = [&](Tile t, uint32_t rows, uint32_t cols, uint64_t off) {
+    b.tdef(t, DType::kF32, static_cast<int>(rows), static_cast<int>(cols), static_cast<uint32_t>(off));
+  };
+  def(kQ, lay.heads, lay.dim, lay.q());
+  def(kO, lay.heads, lay.dim, lay.o());
+  const Tile stats[Layout::kNumStats] = {kMax, kTileMax, kRescale, kSum, kTileSum};
+  for (int i = 0; i < Layout::kNumStats; ++i) def(stats[i], lay.heads, 1, lay.stat(i));
+}
+
+// One tile of positions (kRows = min(kLeft, tile_t) of them at kKvOff) folded into the
+// running softmax: m_new = max(m, rowmax(s)); what was accumulated under m is rescaled
+// by exp(m - m_new), then this tile's exp(s - m_new) weights are added.
+void emit_tile(isa::KernelBuilder& b, const DecodeAttentionParams& p, const Layout& lay, uint8_t k_cache,
+               uint8_t v_cache) {
+  const int64_t tile_t = lay.tile_t;
+  b.alui(AluOp::kMin, kRows, kLeft, tile_t);  // the last tile may be short
+  b.tdef(kKv, p.kv_dtype, kRows, static_cast<int>(lay.dim), static_cast<uint32_t>(lay.kv()));
+  b.tdef(kScores, DType::kF32, static_cast<int>(lay.heads), kRows, static_cast<uint32_t>(lay.scores()));
+  b.tld(kKv, k_cache, kKvOff, p.kv_dtype, kStride);
+  b.tmma(kScores, kQ, kKv, isa::kTransB);  // every head of the unit against the tile
+  b.tred(isa::RedOp::kMax, kTileMax, kScores);
+  b.tbin(BinOp::kMax, kTileMax, kTileMax, kMax);  // m_new
+  b.tbin(BinOp::kSub, kRescale, kMax, kTileMax);
+  b.tun(isa::UnOp::kExp, kRescale, kRescale);
+  b.tbin(BinOp::kMax, kMax, kMax, kTileMax);
+  b.tbin(BinOp::kSub, kScores, kScores, kTileMax, isa::kBcastCol);
+  b.tun(isa::UnOp::kExp, kScores, kScores);
+  b.tred(isa::RedOp::kSum, kTileSum, kScores);
+  b.tbin(BinOp::kMul, kSum, kSum, kRescale);
+  b.tbin(BinOp::kAdd, kSum, kSum, kTileSum);
+  b.tbin(BinOp::kMul, kO, kO, kRescale, isa::kBcastCol);
+  b.tld(kKv, v_cache, kKvOff, p.kv_dtype, kStride);  // V replaces K: the scores are computed
+  b.tmma(kO, kScores, kKv, isa::kAccumulate);
+  b.alui(AluOp::kAdd, kKvOff, kKvOff, tile_t * position_bytes(p));
+  b.alui(AluOp::kSub, kLeft, kLeft, tile_t);
+}
+
+}  // namespace
+
+float DecodeAttention::effective_scale() const {
+  return p_.scale != 0 ? p_.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.head_dim)));
+}
+
+std::string DecodeAttention::name() const {
+  std::string n = std::string(kOp) + " " + std::string(isa::dtype_name(p_.kv_dtype)) + " h" +
+                  std::to_string(p_.n_heads) + "/kv" + std::to_string(p_.n_kv_heads) + " d" +
+                  std::to_string(p_.head_dim) + " max" + std::to_string(p_.max_len);
+  if (p_.window) n += " window" + std::to_string(p_.window);
+  return n;
+}
+
+Status DecodeAttention::validate() const {
+  if (p_.n_heads == 0) return invalid_param(kOp, "n_heads", "must be > 0");
+  if (p_.n_heads > 65535) return invalid_param(kOp, "n_heads", "must be <= 65535 (tile rows)");
+  if (p_.n_kv_heads == 0) return invalid_param(kOp, "n_kv_heads", "must be > 0");
+  if (p_.n_heads % p_.n_kv_heads != 0) return invalid_param(kOp, "n_kv_heads", "must divide n_heads");
+  if (p_.head_dim == 0) return invalid_param(kOp, "head_dim", "must be > 0");
+  if (p_.head_dim > 65535) return invalid_param(kOp, "head_dim", "must be <= 65535 (one tile row)");
+  if (p_.max_len == 0) return invalid_param(kOp, "max_len", "must be > 0");
+  if (p_.max_len > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+    return invalid_param(kOp, "max_len", "must be <= 2^31 - 1 (len is i32)");
+  }
+  if (!std::isfinite(p_.scale) || p_.scale < 0) {
+    return invalid_param(kOp, "scale", "must be finite and >= 0 (0: 1/sqrt(head_dim))");
+  }
+  if (!is_kv_dtype(p_.kv_dtype)) return invalid_param(kOp, "kv_dtype", "must be f32, bf16 or f16");
+  if (p_.tile_t > p_.max_len) return invalid_param(kOp, "tile_t", "must be <= max_len");
+  return Status();
+}
+
+std::vector<OpArg> DecodeAttention::signature() const {
+  const uint64_t q_elems = uint64_t{p_.n_heads} * p_.head_dim;
+  const uint64_t cache_elems = uint64_t{p_.max_len} * p_.n_kv_heads * p_.head_dim;
+  return {OpArg::buffer("q", isa::Access::kIn, DType::kF32, q_elems),
+          OpArg::buffer("k_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
+          OpArg::buffer("v_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
+          OpArg::buffer("out", isa::Access::kOut, DType::kF32, q_elems), OpArg::scalar("len", DType::kI32)};
+}
+
+StatusOr<Kernel> DecodeAttention::emit(const Target& target) const {
+  NPURT_ASSIGN_OR_RETURN(const Plan plan, plan_for(p_, target));
+  const Layout& lay = plan.lay;
+  const int64_t unit_q_bytes = int64_t{lay.heads} * p_.head_dim * 4;
+  const float scale = effective_scale();
+
+  isa::KernelBuilder b(name());
+  const uint8_t q = b.arg_buffer("q", isa::Access::kIn, DType::kF32);
+  const uint8_t k_cache = b.arg_buffer("k_cache", isa::Access::kIn, p_.kv_dtype);
+  const uint8_t v_cache = b.arg_buffer("v_cache", isa::Access::kIn, p_.kv_dtype);
+  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, DType::kF32);
+  const uint8_t len = b.arg_scalar("len", DType::kI32);
+
+  b.block_id(kBlock);
+  emit_block_range(b, kBlock, plan.units, plan.grid, kUnit, kUnitCount);
+  emit_position_range(b, p_, len, lay.tile_t);
+  b.alui(AluOp::kMul, kQOff, kUnit, unit_q_bytes);  // units are consecutive runs of query heads
+  b.li(kStride, int64_t{p_.n_kv_heads} * p_.head_dim);
+  b.li(kScale, f32_bits(scale));
+  b.li(kNegInf, f32_bits(-std::numeric_limits<float>::infinity()));
+  b.li(kZero, 0);
+  emit_static_tiles(b, lay);
+
+  b.loop_begin(kUnitCount);
+  b.alui(AluOp::kDiv, kKvOff, kUnit, plan.subgroups);  // the unit's kv head
+  b.alui(AluOp::kMul, kKvOff, kKvOff, int64_t{p_.head_dim} * lay.kv_esize);
+  b.alu(AluOp::kAdd, kKvOff, kKvOff, kFirstPosBytes);
+  b.mov(kLeft, kPositions);
+  b.tld(kQ, q, kQOff, DType::kF32);
+  if (scale != 1.0f) b.tsop(BinOp::kMul, kQ, kQ, kScale);
+  b.tfill(kO, kZero);
+  b.tfill(kSum, kZero);
+  b.tfill(kMax, kNegInf);
+  b.loop_begin(kTiles);
+  emit_tile(b, p_, lay, k_cache, v_cache);
+  b.loop_end();
+  b.tbin(BinOp::kDiv, kO, kO, kSum, isa::kBcastCol);
+  b.tst(kO, out, kQOff, DType::kF32);
+  b.alui(AluOp::kAdd, kQOff, kQOff, unit_q_bytes);
+  b.alui(AluOp::kAdd, kUnit, kUnit, 1);
+  b.loop_end();
+  b.exit();
+  b.reserve_local(static_cast<uint32_t>(lay.end()));
+  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
+  return Kernel{std::move(image), plan.grid, {}};
+}
+
+void DecodeAttention::compute_reference(std::span<const HostArg> args) const {
+  const uint64_t H = p_.n_heads, D = p_.head_dim, KV = p_.n_kv_heads;
+  const int64_t len = static_cast<int32_t>(args[4].as_i64());
+  std::vector<float> out(H * D, std::numeric_limits<float>::quiet_NaN());  // the kernel faults: no result
+  if (len < 1 || len > static_cast<int64_t>(p_.max_len)) {
+    write_f32(args[3], DType::kF32, out);
+    return;
+  }
+  const std::vector<float> q = read_f32(args[0], DType::kF32);
+  const std::vector<float> k = read_f32(args[1], p_.kv_dtype);
+  const std::vector<float> v = read_f32(args[2], p_.kv_dtype);
+  const int64_t first = p_.window ? std::max<int64_t>(0, len - p_.window) : 0;
+  const double scale = effective_scale();
+  for (uint64_t h = 0; h < H; ++h) {
+    const uint64_t g = h / (H / KV);
+    std::vector<double> score(len - first);
+    for (int64_t t = first; t < len; ++t) {
+      double dot = 0;
+      for (uint64_t d = 0; d < D; ++d) dot += static_cast<double>(q[h * D + d]) * k[(t * KV + g) * D + d];
+      score[t - first] = scale * dot;
+    }
+    const double max = *std::max_element(score.begin(), score.end());
+    double sum = 0;
+    for (double& x : score) sum += (x = std::exp(x - max));
+    for (uint64_t d = 0; d < D; ++d) {
+      double acc = 0;
+      for (int64_t t = first; t < len; ++t) acc += score[t - first] * v[(t * KV + g) * D + d];
+      out[h * D + d] = static_cast<float>(acc / sum);
+    }
+  }
+  write_f32(args[3], DType::kF32, out);
+}
+
+}  // namespace npurt::ops

@@ -1,0 +1,132 @@
+#include "npurt/ops/rmsnorm.h"
+
+#include <bit>
+#include <cmath>
+
+#include "npurt/isa/builder.h"
+#include "ops/emit_util.h"
+
+namespace npurt::ops {
+
+using isa::AluOp;
+using isa::BinOp;
+using isa::DType;
+using isa::Reg;
+using isa::Tile;
+
+namespace {
+
+constexpr char kOp[] = "rmsnorm";
+// Default tile size: enough elements to amortize each instruction's dispatch.
+constexpr uint64_t kTileElements = 16384;
+
+bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
+
+}  // namespace
+
+std::string RmsNorm::name() const {
+  return std::string(kOp) + (p_.weighted ? "" : " unweighted") + " " + std::string(isa::dtype_name(p_.dtype)) + " " +
+         std::to_string(p_.rows) + "x" + std::to_string(p_.dim);
+}
+
+Status RmsNorm::validate() const {
+  if (p_.rows == 0) return invalid_param(kOp, "rows", "must be > 0");
+  if (p_.rows > UINT32_MAX) return invalid_param(kOp, "rows", "must be < 2^32");
+  if (p_.dim == 0) return invalid_param(kOp, "dim", "must be > 0");
+  if (p_.dim > 65535) return invalid_param(kOp, "dim", "must be <= 65535");
+  if (!std::isfinite(p_.eps) || p_.eps < 0) return invalid_param(kOp, "eps", "must be finite and >= 0");
+  if (!is_float_io(p_.dtype)) return invalid_param(kOp, "dtype", "must be f32, bf16 or f16");
+  return Status();
+}
+
+std::vector<OpArg> RmsNorm::signature() const {
+  const uint64_t n = p_.rows * p_.dim;
+  std::vector<OpArg> s{OpArg::buffer("x", isa::Access::kIn, p_.dtype, n)};
+  if (p_.weighted) s.push_back(OpArg::buffer("w", isa::Access::kIn, DType::kF32, p_.dim));
+  s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, n));
+  return s;
+}
+
+// Local layout: the x tile (rows x dim), the per-row scale (rows x 1), the weight.
+uint64_t RmsNorm::local_bytes(uint64_t rows_per_tile) const {
+  return 4 * (rows_per_tile * p_.dim + rows_per_tile + (p_.weighted ? p_.dim : 0));
+}
+
+uint64_t RmsNorm::rows_per_tile(const Target& target) const {
+  if (p_.rows_per_tile) return std::min<uint64_t>(p_.rows_per_tile, p_.rows);
+  // Spread the rows over the cores, but keep each tile within kTileElements.
+  const uint64_t per_core = ceil_div(p_.rows, p_.cores ? p_.cores : target.cores);
+  return std::max<uint64_t>(1, std::min<uint64_t>(per_core, kTileElements / p_.dim));
+}
+
+StatusOr<Kernel> RmsNorm::emit(const Target& target) const {
+  const uint64_t rpt = rows_per_tile(target);
+  if (local_bytes(rpt) > target.local_bytes) {
+    return invalid_param(kOp, p_.rows_per_tile ? "rows_per_tile" : "dim",
+                         "needs " + std::to_string(local_bytes(rpt)) + " bytes of local memory, the target has " +
+                             std::to_string(target.local_bytes));
+  }
+  const uint64_t chunks = ceil_div(p_.rows, rpt);
+  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const int64_t row_bytes = static_cast<int64_t>(p_.dim * isa::dtype_size(p_.dtype));
+  const uint32_t scale_at = static_cast<uint32_t>(4 * rpt * p_.dim);
+  const uint32_t weight_at = static_cast<uint32_t>(scale_at + 4 * rpt);
+  const int dim = static_cast<int>(p_.dim);
+
+  isa::KernelBuilder b(name());
+  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, p_.dtype);
+  const uint8_t w = p_.weighted ? b.arg_buffer("w", isa::Access::kIn, DType::kF32) : 0;
+  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, p_.dtype);
+  const Reg bid{0}, first{1}, count{2}, off{3}, left{4}, rows{5}, bytes{6}, dim_f{7}, eps{8}, zero{9};
+  const Tile tx{0}, tscale{1}, tw{2};
+  b.block_id(bid);
+  emit_block_range(b, bid, static_cast<int64_t>(chunks), grid, first, count);
+  if (p_.weighted) {
+    b.li(zero, 0);
+    b.tdef(tw, DType::kF32, 1, dim, weight_at);
+    b.tld(tw, w, zero, DType::kF32);
+  }
+  b.li(dim_f, f32_bits(static_cast<float>(p_.dim)));
+  b.li(eps, f32_bits(p_.eps));
+  b.alui(AluOp::kMul, off, first, static_cast<int64_t>(rpt) * row_bytes);
+  b.alui(AluOp::kMul, left, first, -static_cast<int64_t>(rpt));
+  b.alui(AluOp::kAdd, left, left, static_cast<int64_t>(p_.rows));
+  b.loop_begin(count);
+  b.alui(AluOp::kMin, rows, left, static_cast<int64_t>(rpt));  // the last tile may be short
+  b.tdef(tx, DType::kF32, rows, dim, 0);
+  b.tdef(tscale, DType::kF32, rows, 1, scale_at);
+  b.tld(tx, x, off, p_.dtype);
+  b.tred(isa::RedOp::kSumSq, tscale, tx);
+  b.tsop(BinOp::kDiv, tscale, tscale, dim_f);
+  b.tsop(BinOp::kAdd, tscale, tscale, eps);
+  b.tun(isa::UnOp::kRsqrt, tscale, tscale);
+  b.tbin(BinOp::kMul, tx, tx, tscale, isa::kBcastCol);
+  if (p_.weighted) b.tbin(BinOp::kMul, tx, tx, tw, isa::kBcastRow);
+  b.tst(tx, out, off, p_.dtype);
+  b.alui(AluOp::kMul, bytes, rows, row_bytes);
+  b.alu(AluOp::kAdd, off, off, bytes);
+  b.alu(AluOp::kSub, left, left, rows);
+  b.loop_end();
+  b.exit();
+  b.reserve_local(static_cast<uint32_t>(local_bytes(rpt)));
+  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
+  return Kernel{std::move(image), grid, {}};
+}
+
+void RmsNorm::compute_reference(std::span<const HostArg> args) const {
+  const std::vector<float> x = read_f32(args[0], p_.dtype);
+  const std::vector<float> w = p_.weighted ? read_f32(args[1], DType::kF32) : std::vector<float>(p_.dim, 1.f);
+  std::vector<float> out(x.size());
+  for (uint64_t r = 0; r < p_.rows; ++r) {
+    const float* row = &x[r * p_.dim];
+    double sumsq = 0;
+    for (uint32_t i = 0; i < p_.dim; ++i) sumsq += static_cast<double>(row[i]) * row[i];
+    const double scale = 1.0 / std::sqrt(sumsq / p_.dim + p_.eps);
+    for (uint32_t i = 0; i < p_.dim; ++i) out[r * p_.dim + i] = static_cast<float>(row[i] * scale * w[i]);
+  }
+  write_f32(args.back(), p_.dtype, out);
+}
+
+}  // namespace npurt::ops

@@ -1,0 +1,167 @@
+#include "npurt/ops/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "ops/op_harness.h"
+
+namespace npurt::ops {
+namespace {
+
+using isa::DType;
+using testing::Bytes;
+using testing::OpHarness;
+
+struct Case {
+  DecodeAttentionParams p;
+  std::vector<int64_t> lens;
+};
+
+double tolerance(DType t) { return t == DType::kF32 ? 1e-5 : 1e-2; }
+
+// A cache whose attended positions [first, len) hold random values in [-1, 1) and
+// every other position NaN bytes: any read outside the range poisons the output.
+Bytes cache_bytes(const DecodeAttentionParams& p, int64_t len, std::mt19937& rng) {
+  const size_t esize = isa::dtype_size(p.kv_dtype);
+  const size_t row = size_t{p.n_kv_heads} * p.head_dim;
+  Bytes b(size_t{p.max_len} * row * esize, 0xFF);
+  const int64_t first = p.window ? std::max<int64_t>(0, len - p.window) : 0;
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v((len - first) * row);
+  for (float& x : v) x = u(rng);
+  isa::from_f32(v.data(), p.kv_dtype, b.data() + first * row * esize, v.size());
+  return b;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const DecodeAttentionParams& p = info.param.p;
+  return std::string(isa::dtype_name(p.kv_dtype)) + "_h" + std::to_string(p.n_heads) + "kv" +
+         std::to_string(p.n_kv_heads) + "d" + std::to_string(p.head_dim) + "_w" + std::to_string(p.window) + "_" +
+         std::to_string(info.index);
+}
+
+class DecodeAttentionShapes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DecodeAttentionShapes, MatchesReference) {
+  const Case& c = GetParam();
+  DecodeAttention op(c.p);
+  std::mt19937 rng(c.p.head_dim * 7 + c.p.max_len);
+  for (int64_t len : c.lens) {
+    OpHarness h(op, static_cast<uint32_t>(len));
+    h.set_bytes("k_cache", cache_bytes(c.p, len, rng));
+    h.set_bytes("v_cache", cache_bytes(c.p, len, rng));
+    h.set_scalar("len", HostArg::i64(len));
+    const Status s = h.run();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_LE(h.rel_l2("out"), tolerance(c.p.kv_dtype)) << op.name() << " len " << len << " grid " << h.grid();
+  }
+}
+
+constexpr DecodeAttentionParams kGemma{.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .max_len = 1024};
+
+DecodeAttentionParams with(DecodeAttentionParams p, uint32_t window, DType dtype, uint32_t tile_t = 0,
+                           uint32_t cores = 0, float scale = 0) {
+  p.window = window;
+  p.kv_dtype = dtype;
+  p.tile_t = tile_t;
+  p.cores = cores;
+  p.scale = scale;
+  return p;
+}
+
+std::vector<Case> cases() {
+  const std::vector<int64_t> gemma_lens{1, 7, 513, 1024};
+  return {
+      // Gemma-3 layers: global and sliding-window; scale 1 as for its pre-scaled q.
+      {with(kGemma, 0, DType::kF32), gemma_lens},
+      {with(kGemma, 512, DType::kF32, 0, 0, 1.0f), gemma_lens},
+      {with(kGemma, 512, DType::kF16), {7, 1024}},
+      {with(kGemma, 0, DType::kBF16, 0, 0, 1.0f), {513, 1024}},
+      // Explicit tiles with a short last tile, split over 3 cores (2 sub-groups of 2 heads).
+      {with(kGemma, 512, DType::kF32, 100, 3), {1, 250, 513, 1024}},
+      {with(kGemma, 0, DType::kF16, 64, 1), {1, 65, 1000}},
+      // MHA: one query head per kv head.
+      {with({.n_heads = 2, .n_kv_heads = 2, .head_dim = 64, .max_len = 100}, 0, DType::kF32, 16, 3), {1, 37, 100}},
+      {with({.n_heads = 2, .n_kv_heads = 2, .head_dim = 64, .max_len = 100}, 30, DType::kBF16, 7), {29, 31, 100}},
+      // GQA with three kv heads on three blocks, odd sizes everywhere.
+      {with({.n_heads = 6, .n_kv_heads = 3, .head_dim = 40, .max_len = 77}, 25, DType::kF32, 10, 3), {1, 24, 26, 77}},
+      {with({.n_heads = 8, .n_kv_heads = 2, .head_dim = 33, .max_len = 50}, 0, DType::kF16, 9, 4), {50}},
+      // A cache for the full Gemma-3 context: many tiles of online softmax.
+      {with({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .max_len = 32768}, 0, DType::kF16), {8192}},
+      {with({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .max_len = 32768}, 512, DType::kBF16), {30000}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, DecodeAttentionShapes, ::testing::ValuesIn(cases()), case_name);
+
+// The single attended position gets all the weight: out = v[len - 1] exactly.
+TEST(DecodeAttention, SinglePositionCopiesValue) {
+  DecodeAttention op(with(kGemma, 1, DType::kF32));
+  std::mt19937 rng(5);
+  OpHarness h(op);
+  h.set_bytes("k_cache", cache_bytes(op.params(), 300, rng));
+  h.set_bytes("v_cache", cache_bytes(op.params(), 300, rng));
+  h.set_scalar("len", HostArg::i64(300));
+  const Status s = h.run();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  const std::vector<float> v = isa::to_f32(h.input_bytes("v_cache"), DType::kF32);
+  const std::vector<float> out = h.device_f32("out");
+  for (uint32_t head = 0; head < 4; ++head) {
+    for (uint32_t d = 0; d < 256; ++d) ASSERT_FLOAT_EQ(out[head * 256 + d], v[299 * 256 + d]) << head << " " << d;
+  }
+}
+
+// len outside [1, max_len] fails the launch instead of reading past the cache.
+TEST(DecodeAttention, LenOutOfRangeFaults) {
+  for (uint32_t window : {0u, 512u}) {
+    DecodeAttention op(with(kGemma, window, DType::kF16, 128, 3));
+    for (int64_t len : {int64_t{1025}, int64_t{5000}, int64_t{0}, int64_t{-3}}) {
+      OpHarness h(op);
+      h.set_scalar("len", HostArg::i64(len));
+      const Status s = h.run();
+      EXPECT_EQ(s.code(), StatusCode::kDeviceFault) << "window " << window << " len " << len << ": " << s.to_string();
+    }
+  }
+}
+
+TEST(DecodeAttention, RejectsBadParameters) {
+  struct Bad {
+    DecodeAttentionParams p;
+    const char* param;
+  };
+  const DecodeAttentionParams ok{.n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .max_len = 128};
+  auto bad_with = [&](auto edit) {
+    DecodeAttentionParams p = ok;
+    edit(p);
+    return p;
+  };
+  const Bad bad[] = {
+      {bad_with([](auto& p) { p.n_heads = 0; }), "'n_heads'"},
+      {bad_with([](auto& p) { p.n_kv_heads = 0; }), "'n_kv_heads'"},
+      {bad_with([](auto& p) { p.n_kv_heads = 3; }), "'n_kv_heads'"},
+      {bad_with([](auto& p) { p.head_dim = 0; }), "'head_dim'"},
+      {bad_with([](auto& p) { p.max_len = 0; }), "'max_len'"},
+      {bad_with([](auto& p) { p.max_len = 1u << 31; }), "'max_len'"},
+      {bad_with([](auto& p) { p.scale = -1.f; }), "'scale'"},
+      {bad_with([](auto& p) { p.scale = NAN; }), "'scale'"},
+      {bad_with([](auto& p) { p.kv_dtype = DType::kQ8_0; }), "'kv_dtype'"},
+      {bad_with([](auto& p) { p.kv_dtype = DType::kI32; }), "'kv_dtype'"},
+      {bad_with([](auto& p) { p.tile_t = 129; }), "'tile_t'"},
+  };
+  for (const Bad& b : bad) {
+    const Status s = DecodeAttention(b.p).compile().status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.param;
+    EXPECT_TRUE(testing::message_has(s, b.param)) << s.to_string();
+  }
+  // Sizes that do not fit the target's local memory.
+  const Target small{.cores = 1, .local_bytes = 16u << 10};
+  Status s = DecodeAttention(bad_with([](auto& p) { p.tile_t = 128; })).compile(small).status();
+  EXPECT_TRUE(testing::message_has(s, "'tile_t'")) << s.to_string();
+  s = DecodeAttention(bad_with([](auto& p) { p.head_dim = 4096; })).compile(small).status();
+  EXPECT_TRUE(testing::message_has(s, "'head_dim'")) << s.to_string();
+}
+
+}  // namespace
+}  // namespace npurt::ops
