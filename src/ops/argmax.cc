@@ -45,7 +45,8 @@ uint64_t Argmax::chunk() const {
   return std::min<uint64_t>(c, p_.n);
 }
 
-StatusOr<Kernel> Argmax::emit(const Target& target) const {
+StatusOr<uint32_t> Argmax::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const uint64_t chunk = this->chunk(), rows = ceil_div(p_.n, chunk), full_rows = p_.n / chunk;
   const uint64_t tail = p_.n % chunk;
   const uint64_t rows_per_load = std::clamp<uint64_t>(kLoadElements / chunk, 1, std::max<uint64_t>(full_rows, 1));
@@ -59,9 +60,9 @@ StatusOr<Kernel> Argmax::emit(const Target& target) const {
   }
   const int chunk_cols = static_cast<int>(chunk), nrows = static_cast<int>(rows);
 
-  isa::KernelBuilder b(name());
-  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, DType::kF32);
-  const uint8_t index = b.arg_buffer("index", isa::Access::kOut, DType::kI32);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t x = ctx.arg("x");
+  const uint8_t index = ctx.arg("index");
   const Reg loads{0}, left{1}, off{2}, slot{3}, nload{4}, bytes{5}, zero{6}, best_row{7}, best_col{8}, result{9};
   const Tile data{0}, maxima{1}, positions{2}, best{3}, out{4};
   b.li(loads, static_cast<int64_t>(ceil_div(full_rows, rows_per_load)));
@@ -103,10 +104,8 @@ StatusOr<Kernel> Argmax::emit(const Target& target) const {
   b.tdef(out, DType::kI32, 1, 1, static_cast<uint32_t>(best_at + 4));
   b.tfill(out, result);
   b.tst(out, index, zero, DType::kI32);
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(local));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), 1, {}};
+  return static_cast<uint32_t>(1);
 }
 
 void Argmax::compute_reference(std::span<const HostArg> args) const {

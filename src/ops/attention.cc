@@ -213,18 +213,19 @@ std::vector<OpArg> DecodeAttention::signature() const {
           OpArg::buffer("out", isa::Access::kOut, DType::kF32, q_elems), OpArg::scalar("len", DType::kI32)};
 }
 
-StatusOr<Kernel> DecodeAttention::emit(const Target& target) const {
+StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   NPURT_ASSIGN_OR_RETURN(const Plan plan, plan_for(p_, target));
   const Layout& lay = plan.lay;
   const int64_t unit_q_bytes = int64_t{lay.heads} * p_.head_dim * 4;
   const float scale = effective_scale();
 
-  isa::KernelBuilder b(name());
-  const uint8_t q = b.arg_buffer("q", isa::Access::kIn, DType::kF32);
-  const uint8_t k_cache = b.arg_buffer("k_cache", isa::Access::kIn, p_.kv_dtype);
-  const uint8_t v_cache = b.arg_buffer("v_cache", isa::Access::kIn, p_.kv_dtype);
-  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, DType::kF32);
-  const uint8_t len = b.arg_scalar("len", DType::kI32);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t q = ctx.arg("q");
+  const uint8_t k_cache = ctx.arg("k_cache");
+  const uint8_t v_cache = ctx.arg("v_cache");
+  const uint8_t out = ctx.arg("out");
+  const uint8_t len = ctx.arg("len");
 
   b.block_id(kBlock);
   emit_block_range(b, kBlock, plan.units, plan.grid, kUnit, kUnitCount);
@@ -254,10 +255,8 @@ StatusOr<Kernel> DecodeAttention::emit(const Target& target) const {
   b.alui(AluOp::kAdd, kQOff, kQOff, unit_q_bytes);
   b.alui(AluOp::kAdd, kUnit, kUnit, 1);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(lay.end()));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), plan.grid, {}};
+  return static_cast<uint32_t>(plan.grid);
 }
 
 void DecodeAttention::compute_reference(std::span<const HostArg> args) const {

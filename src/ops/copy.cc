@@ -47,15 +47,16 @@ std::vector<OpArg> Copy::signature() const {
           OpArg::buffer("dst", isa::Access::kOut, p_.dst_dtype, p_.n)};
 }
 
-StatusOr<Kernel> Copy::emit(const Target& target) const {
+StatusOr<uint32_t> Copy::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const uint64_t tile = p_.tile ? std::min<uint64_t>(p_.tile, p_.n) : std::min(kTileElements, p_.n);
   NPURT_RETURN_IF_ERROR(local_fits("copy", "tile", tile * esize(p_.dst_dtype), target));
   const uint64_t chunks = ceil_div(p_.n, tile);
   const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
 
-  isa::KernelBuilder b(name());
-  const uint8_t src = b.arg_buffer("src", isa::Access::kIn, p_.src_dtype);
-  const uint8_t dst = b.arg_buffer("dst", isa::Access::kOut, p_.dst_dtype);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t src = ctx.arg("src");
+  const uint8_t dst = ctx.arg("dst");
   const Reg bid{0}, first{1}, count{2}, left{3}, cols{4}, src_off{5}, dst_off{6}, bytes{7};
   const Tile t{0};
   b.block_id(bid);
@@ -76,10 +77,8 @@ StatusOr<Kernel> Copy::emit(const Target& target) const {
   b.alu(AluOp::kAdd, dst_off, dst_off, bytes);
   b.alu(AluOp::kSub, left, left, cols);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(tile * esize(p_.dst_dtype)));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void Copy::compute_reference(std::span<const HostArg> args) const {
@@ -119,7 +118,8 @@ std::vector<OpArg> StridedCopy::signature() const {
   return s;
 }
 
-StatusOr<Kernel> StridedCopy::emit(const Target& target) const {
+StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   constexpr char op[] = "strided_copy";
   const uint64_t rpt = p_.rows_per_tile
                            ? std::min<uint64_t>(p_.rows_per_tile, p_.rows)
@@ -132,10 +132,10 @@ StatusOr<Kernel> StridedCopy::emit(const Target& target) const {
   const int64_t src_row_bytes = static_cast<int64_t>(src_stride()) * esize(p_.src_dtype);
   const int64_t dst_row_bytes = static_cast<int64_t>(dst_stride()) * esize(p_.dst_dtype);
 
-  isa::KernelBuilder b(name());
-  const uint8_t src = b.arg_buffer("src", isa::Access::kIn, p_.src_dtype);
-  const uint8_t dst = b.arg_buffer("dst", isa::Access::kInOut, p_.dst_dtype);
-  const uint8_t dst_row = p_.dst_row_runtime ? b.arg_scalar("dst_row", DType::kI32) : 0;
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t src = ctx.arg("src");
+  const uint8_t dst = ctx.arg("dst");
+  const uint8_t dst_row = p_.dst_row_runtime ? ctx.arg("dst_row") : 0;
   const Reg bid{0}, first{1}, count{2}, left{3}, rows{4}, src_off{5}, dst_off{6}, bytes{7}, src_pitch{8},
       dst_pitch{9}, row0{10};
   const Tile t{0};
@@ -164,10 +164,8 @@ StatusOr<Kernel> StridedCopy::emit(const Target& target) const {
   b.alu(AluOp::kAdd, dst_off, dst_off, bytes);
   b.alu(AluOp::kSub, left, left, rows);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(tile_bytes));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void StridedCopy::compute_reference(std::span<const HostArg> args) const {
@@ -214,7 +212,8 @@ std::vector<OpArg> Transpose::signature() const {
 uint64_t Transpose::tile_cols() const { return std::min<uint64_t>(p_.tile_cols ? p_.tile_cols : 64, p_.cols); }
 uint64_t Transpose::tile_rows() const { return std::min<uint64_t>(p_.tile_rows ? p_.tile_rows : 256, p_.rows); }
 
-StatusOr<Kernel> Transpose::emit(const Target& target) const {
+StatusOr<uint32_t> Transpose::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   constexpr char op[] = "transpose";
   const uint64_t tr = tile_rows(), tc = tile_cols();
   // Local layout: the identity (tc x tc), the src tile (tr x tc), the f32 product (tc x tr).
@@ -227,9 +226,9 @@ StatusOr<Kernel> Transpose::emit(const Target& target) const {
   std::vector<float> identity(tc * tc, 0.f);
   for (uint64_t i = 0; i < tc; ++i) identity[i * tc + i] = 1.f;
 
-  isa::KernelBuilder b(name());
-  const uint8_t src = b.arg_buffer("src", isa::Access::kIn, p_.dtype);
-  const uint8_t dst = b.arg_buffer("dst", isa::Access::kOut, p_.dtype);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t src = ctx.arg("src");
+  const uint8_t dst = ctx.arg("dst");
   const uint32_t identity_at = b.add_constant_values(std::span<const float>(identity));
   const Reg bid{0}, item{1}, count{2}, row0{3}, col0{4}, nrows{5}, ncols{6}, off{7}, identity_off{9},
       tc_reg{10}, src_pitch{11}, dst_pitch{12};
@@ -270,10 +269,8 @@ StatusOr<Kernel> Transpose::emit(const Target& target) const {
   b.tst(xt, dst, off, p_.dtype, dst_pitch);
   b.alui(AluOp::kAdd, item, item, 1);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(local));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void Transpose::compute_reference(std::span<const HostArg> args) const {

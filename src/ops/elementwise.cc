@@ -58,7 +58,8 @@ std::vector<OpArg> Elementwise::signature() const {
   return s;
 }
 
-StatusOr<Kernel> Elementwise::emit(const Target& target) const {
+StatusOr<uint32_t> Elementwise::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   // 4096 f32 elements per operand: two tiles use 32 KiB of local memory and each
   // instruction amortizes its dispatch over enough elements.
   const uint64_t tile = p_.tile ? p_.tile : std::min<uint64_t>(4096, p_.n);
@@ -66,10 +67,10 @@ StatusOr<Kernel> Elementwise::emit(const Target& target) const {
   const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
   const int64_t esize = static_cast<int64_t>(isa::dtype_size(p_.dtype));
 
-  isa::KernelBuilder b(name());
-  const uint8_t a = b.arg_buffer("a", isa::Access::kIn, p_.dtype);
-  const uint8_t bb = binary() ? b.arg_buffer("b", isa::Access::kIn, p_.dtype) : 0;
-  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, p_.dtype);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t a = ctx.arg("a");
+  const uint8_t bb = binary() ? ctx.arg("b") : 0;
+  const uint8_t out = ctx.arg("out");
   const Reg bid{0}, first{1}, count{2}, off{3}, cols{4}, left{5}, bytes{6};
   const Tile ta{0}, tb{1};
   b.block_id(bid);
@@ -98,10 +99,8 @@ StatusOr<Kernel> Elementwise::emit(const Target& target) const {
   b.alu(AluOp::kAdd, off, off, bytes);
   b.alu(AluOp::kSub, left, left, cols);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(tile * 8));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void Elementwise::compute_reference(std::span<const HostArg> args) const {

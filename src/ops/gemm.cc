@@ -108,7 +108,8 @@ std::vector<OpArg> Gemm::signature() const {
           OpArg::buffer("c", isa::Access::kOut, p_.out_dtype, p_.m * p_.n)};
 }
 
-StatusOr<Kernel> Gemm::emit(const Target& target) const {
+StatusOr<uint32_t> Gemm::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const GemmPlan plan = plan_gemm(p_, target);
   if (plan.local_bytes > target.local_bytes) {
     return invalid_param(name(), oversized_tile_param(p_),
@@ -124,10 +125,10 @@ StatusOr<Kernel> Gemm::emit(const Target& target) const {
   const uint32_t a_local = static_cast<uint32_t>(plan.a_local), b_local = static_cast<uint32_t>(plan.b_local),
                  c_local = static_cast<uint32_t>(plan.c_local);
 
-  isa::KernelBuilder b(name());
-  const uint8_t a = b.arg_buffer("a", isa::Access::kIn, p_.dtype);
-  const uint8_t bb = b.arg_buffer("b", isa::Access::kIn, p_.dtype);
-  const uint8_t c = b.arg_buffer("c", isa::Access::kOut, p_.out_dtype);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t a = ctx.arg("a");
+  const uint8_t bb = ctx.arg("b");
+  const uint8_t c = ctx.arg("c");
   const Reg bid{0}, first{1}, count{2}, tile{3}, row0{4}, col0{5}, rows{6}, cols{7}, a_off{8}, b_off{9}, c_off{10},
       a_stride{11}, b_stride{12}, c_stride{13}, chunks{14};
   const Tile ta{0}, tb{1}, tc{2};
@@ -194,10 +195,8 @@ StatusOr<Kernel> Gemm::emit(const Target& target) const {
   b.tst(tc, c, c_off, p_.out_dtype, c_stride);
   b.alui(AluOp::kAdd, tile, tile, 1);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(plan.local_bytes));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), plan.grid, {}};
+  return static_cast<uint32_t>(plan.grid);
 }
 
 void Gemm::compute_reference(std::span<const HostArg> args) const {

@@ -131,7 +131,8 @@ std::vector<OpArg> Gemv::signature() const {
           OpArg::buffer("y", isa::Access::kOut, DType::kF32, p_.m)};
 }
 
-StatusOr<Kernel> Gemv::emit(const Target& target) const {
+StatusOr<uint32_t> Gemv::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const GemvPlan plan = plan_gemv(p_, target);
   if (plan.local_bytes > target.local_bytes) {
     return invalid_param(name(), p_.rows_per_tile ? "rows_per_tile" : "k_tile",
@@ -143,10 +144,10 @@ StatusOr<Kernel> Gemv::emit(const Target& target) const {
   const uint64_t kt = plan.k_tile;
   const uint64_t full_chunks = p_.k / kt, tail = p_.k % kt;
 
-  isa::KernelBuilder b(name());
-  const uint8_t w = b.arg_buffer("w", isa::Access::kIn, p_.weight);
-  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, DType::kF32);
-  const uint8_t y = b.arg_buffer("y", isa::Access::kOut, DType::kF32);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t w = ctx.arg("w");
+  const uint8_t x = ctx.arg("x");
+  const uint8_t y = ctx.arg("y");
   const Reg bid{0}, first{1}, count{2}, left{3}, rows{4}, w_row{5}, y_off{6}, w_off{7}, x_off{8}, w_stride{9},
       chunks{10}, zero{11};
   const Tile tx{1}, tacc{2};
@@ -205,10 +206,8 @@ StatusOr<Kernel> Gemv::emit(const Target& target) const {
   b.alui(AluOp::kAdd, y_off, y_off, rpt * 4);
   b.alui(AluOp::kSub, left, left, rpt);
   b.loop_end();
-  b.exit();
   b.reserve_local(plan.local_bytes);
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), plan.grid, {}};
+  return static_cast<uint32_t>(plan.grid);
 }
 
 void Gemv::compute_reference(std::span<const HostArg> args) const {

@@ -18,37 +18,29 @@ Status invalid_param(std::string_view op, std::string_view param, std::string_vi
                 std::string(op) + ": parameter '" + std::string(param) + "' " + std::string(why));
 }
 
-namespace {
-
-// The image's argument records must be the signature: a mismatch is a bug in the
-// operator, reported rather than launched with the wrong bindings.
-Status check_image_args(const std::string& op, const isa::Image& image, const std::vector<OpArg>& sig) {
-  const auto& args = image.args();
-  if (args.size() != sig.size()) {
-    return Status(StatusCode::kInternal, op + ": image has " + std::to_string(args.size()) +
-                                             " arguments, signature " + std::to_string(sig.size()));
+uint8_t EmitContext::arg(std::string_view name) const {
+  for (size_t i = 0; i < signature.size(); ++i) {
+    if (signature[i].name == name) return args[i];
   }
-  for (size_t i = 0; i < sig.size(); ++i) {
-    if (args[i].name != sig[i].name || args[i].kind != sig[i].kind || args[i].access != sig[i].access ||
-        args[i].dtype != sig[i].dtype) {
-      return Status(StatusCode::kInternal, op + ": image argument " + std::to_string(i) + " ('" + args[i].name +
-                                               "') does not match the signature ('" + sig[i].name + "')");
-    }
-  }
-  return Status();
+  NPURT_CHECK(false && "operator code asks for an argument its signature lacks");
+  return 0;
 }
-
-}  // namespace
 
 StatusOr<Kernel> Operator::compile(const Target& target) const {
   NPURT_RETURN_IF_ERROR(validate());
   if (target.cores == 0) return invalid_param(name(), "target.cores", "must be > 0");
-  StatusOr<Kernel> kernel = emit(target);
-  if (!kernel.ok()) return kernel.status().with_context("compiling " + name());
-  kernel->args = signature();
-  NPURT_RETURN_IF_ERROR(check_image_args(name(), kernel->image, kernel->args));
-  if (kernel->grid == 0) return Status(StatusCode::kInternal, name() + ": empty grid");
-  return kernel;
+  isa::KernelBuilder b(name());
+  EmitContext ctx{b, target, signature(), {}};
+  for (const OpArg& a : ctx.signature) {
+    ctx.args.push_back(a.is_scalar() ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
+  }
+  StatusOr<uint32_t> grid = emit(ctx);
+  if (!grid.ok()) return grid.status().with_context("compiling " + name());
+  if (*grid == 0) return Status(StatusCode::kInternal, name() + ": empty grid");
+  b.exit();
+  StatusOr<isa::Image> image = b.build(target.local_bytes);
+  if (!image.ok()) return image.status().with_context("compiling " + name());
+  return Kernel{std::move(image).value(), *grid, std::move(ctx.signature)};
 }
 
 Status Operator::reference(std::span<const HostArg> args) const {

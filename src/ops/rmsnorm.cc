@@ -61,7 +61,8 @@ uint64_t RmsNorm::rows_per_tile(const Target& target) const {
   return std::max<uint64_t>(1, std::min<uint64_t>(per_core, kTileElements / p_.dim));
 }
 
-StatusOr<Kernel> RmsNorm::emit(const Target& target) const {
+StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const uint64_t rpt = rows_per_tile(target);
   if (local_bytes(rpt) > target.local_bytes) {
     return invalid_param(kOp, p_.rows_per_tile ? "rows_per_tile" : "dim",
@@ -75,10 +76,10 @@ StatusOr<Kernel> RmsNorm::emit(const Target& target) const {
   const uint32_t weight_at = static_cast<uint32_t>(scale_at + 4 * rpt);
   const int dim = static_cast<int>(p_.dim);
 
-  isa::KernelBuilder b(name());
-  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, p_.dtype);
-  const uint8_t w = p_.weighted ? b.arg_buffer("w", isa::Access::kIn, DType::kF32) : 0;
-  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, p_.dtype);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t x = ctx.arg("x");
+  const uint8_t w = p_.weighted ? ctx.arg("w") : 0;
+  const uint8_t out = ctx.arg("out");
   const Reg bid{0}, first{1}, count{2}, off{3}, left{4}, rows{5}, bytes{6}, dim_f{7}, eps{8}, zero{9};
   const Tile tx{0}, tscale{1}, tw{2};
   b.block_id(bid);
@@ -109,10 +110,8 @@ StatusOr<Kernel> RmsNorm::emit(const Target& target) const {
   b.alu(AluOp::kAdd, off, off, bytes);
   b.alu(AluOp::kSub, left, left, rows);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(local_bytes(rpt)));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void RmsNorm::compute_reference(std::span<const HostArg> args) const {

@@ -60,7 +60,8 @@ uint64_t Rope::heads_per_tile() const {
   return std::max<uint64_t>(1, std::min<uint64_t>(p_.n_heads, kTileElements / p_.head_dim));
 }
 
-StatusOr<Kernel> Rope::emit(const Target& target) const {
+StatusOr<uint32_t> Rope::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const uint64_t hpt = heads_per_tile();
   if (local_bytes(hpt) > target.local_bytes) {
     return invalid_param(kOp, p_.heads_per_tile ? "heads_per_tile" : "head_dim",
@@ -79,11 +80,11 @@ StatusOr<Kernel> Rope::emit(const Target& target) const {
   std::vector<float> exponents(half);
   for (uint32_t j = 0; j < half; ++j) exponents[j] = static_cast<float>(-2.0 * j / rot);
 
-  isa::KernelBuilder b(name());
-  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, DType::kF32);
-  const uint8_t pos_arg = b.arg_scalar("pos", DType::kI32);
-  const uint8_t base_arg = b.arg_scalar("base", DType::kF32);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t x = ctx.arg("x");
+  const uint8_t out = ctx.arg("out");
+  const uint8_t pos_arg = ctx.arg("pos");
+  const uint8_t base_arg = ctx.arg("base");
   const uint32_t exponents_at = b.add_constant_values(std::span<const float>(exponents));
   const Reg bid{0}, first{1}, count{2}, off{3}, left{4}, heads{5}, bytes{6}, stride{7}, scratch{8}, pos{9},
       off2{10};
@@ -140,10 +141,8 @@ StatusOr<Kernel> Rope::emit(const Target& target) const {
   b.alu(AluOp::kAdd, off, off, bytes);
   b.alu(AluOp::kSub, left, left, heads);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(local_bytes(hpt)));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void Rope::compute_reference(std::span<const HostArg> args) const {

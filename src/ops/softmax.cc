@@ -114,7 +114,8 @@ void emit_masked_rows(isa::KernelBuilder& b, int64_t cols, int64_t offset, int64
 
 }  // namespace
 
-StatusOr<Kernel> Softmax::emit(const Target& target) const {
+StatusOr<uint32_t> Softmax::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
   const uint64_t rpt = rows_per_tile(target);
   if (local_bytes(rpt) > target.local_bytes) {
     return invalid_param(kOp, p_.rows_per_tile ? "rows_per_tile" : "cols",
@@ -126,9 +127,9 @@ StatusOr<Kernel> Softmax::emit(const Target& target) const {
   const int64_t cols = p_.cols;
   const uint32_t max_at = static_cast<uint32_t>(4 * rpt * p_.cols), sum_at = static_cast<uint32_t>(max_at + 4 * rpt);
 
-  isa::KernelBuilder b(name());
-  const uint8_t x = b.arg_buffer("x", isa::Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", isa::Access::kOut, DType::kF32);
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t x = ctx.arg("x");
+  const uint8_t out = ctx.arg("out");
   b.block_id(kBid);
   emit_block_range(b, kBid, static_cast<int64_t>(chunks), grid, kFirst, kCount);
   b.li(kZero, 0);  // f32 +0
@@ -154,10 +155,8 @@ StatusOr<Kernel> Softmax::emit(const Target& target) const {
   b.alu(AluOp::kAdd, kOff, kOff, kBytes);
   b.alu(AluOp::kSub, kLeft, kLeft, kRows);
   b.loop_end();
-  b.exit();
   b.reserve_local(static_cast<uint32_t>(local_bytes(rpt)));
-  NPURT_ASSIGN_OR_RETURN(isa::Image image, b.build(target.local_bytes));
-  return Kernel{std::move(image), grid, {}};
+  return static_cast<uint32_t>(grid);
 }
 
 void Softmax::compute_reference(std::span<const HostArg> args) const {

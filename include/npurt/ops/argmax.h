@@ -31,7 +31,7 @@ class Argmax final : public Operator {
   const ArgmaxParams& params() const { return p_; }
 
  protected:
-  StatusOr<Kernel> emit(const Target& target) const override;
+  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:

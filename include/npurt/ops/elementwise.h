@@ -29,10 +29,11 @@ class Elementwise final : public Operator {
   std::string name() const override;
   Status validate() const override;
   std::vector<OpArg> signature() const override;
+  bool in_place_safe() const override { return true; }
   const ElementwiseParams& params() const { return p_; }
 
  protected:
-  StatusOr<Kernel> emit(const Target& target) const override;
+  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:

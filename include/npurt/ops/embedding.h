@@ -35,7 +35,7 @@ class Embedding final : public Operator {
   const EmbeddingParams& params() const { return p_; }
 
  protected:
-  StatusOr<Kernel> emit(const Target& target) const override;
+  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:

@@ -6,14 +6,19 @@
 //       which is exactly GGUF's layout of a [k, m] tensor.
 //   "x" (in, f32, k elements)
 //   "y" (out, f32, m elements)
-// Weights may be f32, bf16, f16 or q8_0, q4_0, q5_0, q4_K, q5_K, q6_K; quantized
-// rows are dequantized exactly, then products are accumulated in f32 (the reference
-// sums in double, so long rows differ by f32 rounding only). The epilogue runs on the
-// cores' approximations of gelu_tanh / silu (a few ulp).
+// Weights may be f32, bf16, f16 or q8_0, q4_0, q5_0, q4_K, q5_K, q6_K. The kernel
+// streams them from GM with TMV (docs/isa.md): no weight tile is copied to local
+// memory, quantized blocks are decoded in registers, each block's (or K sub-block's)
+// products with x are summed in f32 and scaled once. Results therefore match the
+// reference on the dequantized weights to f32 rounding (the reference sums in
+// double); activations are never quantized. The epilogue runs on the cores'
+// approximations of gelu_tanh / silu (a few ulp).
 //
 // Each block takes a contiguous range of rows and walks it in tiles of rows_per_tile
-// rows by k_tile columns; the last row tile may be short, and k need not be a
-// multiple of k_tile.
+// rows (default: up to 4096, so one instruction covers megabytes of weights); x is
+// loaded once per block when it fits local memory, otherwise in k_tile chunks whose
+// products accumulate. The last row tile may be short, and k need not be a multiple
+// of k_tile.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +48,7 @@ class Gemv final : public Operator {
   const GemvParams& params() const { return p_; }
 
  protected:
-  StatusOr<Kernel> emit(const Target& target) const override;
+  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:

@@ -25,6 +25,7 @@
 
 #include "npurt/base/status.h"
 #include "npurt/hal/device.h"
+#include "npurt/isa/builder.h"
 #include "npurt/isa/image.h"
 #include "npurt/isa/isa.h"
 
@@ -81,6 +82,20 @@ struct HostArg {
   int64_t as_i64() const { return static_cast<int64_t>(bits); }
 };
 
+// What an operator's code generator works with: the builder to emit into, the target,
+// and the kernel argument bound to each entry of the signature. compile() gives an
+// operator a builder of its own; a fused sequence (graph/) gives every step the same
+// builder, with arguments shared by name across steps.
+struct EmitContext {
+  isa::KernelBuilder& builder;
+  Target target;
+  std::vector<OpArg> signature;
+  std::vector<uint8_t> args;  // args[i]: kernel argument index of signature[i]
+
+  // The kernel argument of the signature entry `name` (which must exist).
+  uint8_t arg(std::string_view name) const;
+};
+
 class Operator {
  public:
   virtual ~Operator() = default;
@@ -98,10 +113,19 @@ class Operator {
   // reference result into every output buffer.
   Status reference(std::span<const HostArg> args) const;
 
+ // Emits the kernel's code into ctx (parameters already validated) and returns the
+  // number of blocks it needs. The code must not end with EXIT (the caller ends the
+  // kernel), must set every register before reading it, and must stay within
+  // kMaxLoopDepth - 1 nested loops, so that a fused sequence can run it behind a
+  // one-level guard after other steps' code.
+  virtual StatusOr<uint32_t> emit(EmitContext& ctx) const = 0;
+
+  // Whether an `out` argument may be bound to exactly the same bytes as an `in`
+  // argument: true when every block loads each tile completely before storing it and
+  // blocks write disjoint ranges.
+  virtual bool in_place_safe() const { return false; }
+
  protected:
-  // Called by compile() with validated parameters: the image and grid. The image's
-  // arguments must match signature() (compile() checks).
-  virtual StatusOr<Kernel> emit(const Target& target) const = 0;
   // Called by reference() with checked arguments.
   virtual void compute_reference(std::span<const HostArg> args) const = 0;
 };

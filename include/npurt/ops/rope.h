@@ -52,10 +52,11 @@ class Rope final : public Operator {
   std::string name() const override;
   Status validate() const override;
   std::vector<OpArg> signature() const override;
+  bool in_place_safe() const override { return true; }
   const RopeParams& params() const { return p_; }
 
  protected:
-  StatusOr<Kernel> emit(const Target& target) const override;
+  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:

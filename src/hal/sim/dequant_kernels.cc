@@ -87,14 +87,6 @@ void RowQ8_0(const uint8_t* src, float* y, size_t nb) {
   }
 }
 
-void RowQ4_0(const uint8_t* src, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ4_0), y += 32) {
-    int8_t q[32];
-    UnpackNibbles(src + offsetof(isa::BlockQ4_0, qs), nullptr, 8, q);
-    ScaleI8(q, HalfAt(src), y, 32);
-  }
-}
-
 // kFifthBits[v] spreads the 8 bits of v over 8 bytes, each 0x10 or 0: the fifth bits
 // of eight Q5_0 values in byte lanes, without a per-value shift.
 constexpr auto kFifthBits = [] {
@@ -107,14 +99,28 @@ constexpr auto kFifthBits = [] {
   return t;
 }();
 
-void RowQ5_0(const uint8_t* src, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ5_0), y += 32) {
+// The 32 signed values of a Q4_0 (kFifthBit false) or Q5_0 block.
+template <bool kFifthBit>
+HWY_INLINE void UnpackQ4_0Q5_0(const uint8_t* src, int8_t* q) {
+  if constexpr (kFifthBit) {
     // Bit j of qh is the fifth bit of value j (low nibbles), bit j + 16 of value j + 16.
     const uint8_t* qh = src + offsetof(isa::BlockQ5_0, qh);
     uint8_t h[32];
     for (int k = 0; k < 4; ++k) std::memcpy(h + 8 * k, &kFifthBits[qh[k]], 8);
-    int8_t q[32];
     UnpackNibbles(src + offsetof(isa::BlockQ5_0, qs), h, 16, q);
+  } else {
+    UnpackNibbles(src + offsetof(isa::BlockQ4_0, qs), nullptr, 8, q);
+  }
+}
+
+template <bool kFifthBit>
+constexpr size_t kQ4_0Q5_0Bytes = kFifthBit ? sizeof(isa::BlockQ5_0) : sizeof(isa::BlockQ4_0);
+
+template <bool kFifthBit>
+void RowQ4_0Q5_0(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += kQ4_0Q5_0Bytes<kFifthBit>, y += 32) {
+    int8_t q[32];
+    UnpackQ4_0Q5_0<kFifthBit>(src, q);
     ScaleI8(q, HalfAt(src), y, 32);
   }
 }
@@ -130,50 +136,70 @@ HWY_INLINE void ScaleMinK4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   }
 }
 
-// Q4_K and Q5_K share the reconstruction; Q5_K adds a fifth bit from qh.
+// Calls f(j, q, d * sc_j, dmin * m_j) for the eight 32-value sub-blocks j of a Q4_K or
+// Q5_K block, q holding the sub-block's unsigned values (Q5_K adds a fifth bit from qh).
+template <bool kFifthBit, typename Block, typename F>
+HWY_INLINE void ForEachSubBlockK(const uint8_t* src, F&& f) {
+  const hn::CappedTag<uint8_t, 32> d8;
+  const float d = HalfAt(src + offsetof(Block, d)), dmin = HalfAt(src + offsetof(Block, dmin));
+  const uint8_t* scales = src + offsetof(Block, scales);
+  [[maybe_unused]] const uint8_t* qh = src + (kFifthBit ? offsetof(isa::BlockQ5_K, qh) : 0);
+  for (int c = 0; c < 4; ++c) {
+    uint8_t sc0, m0, sc1, m1;
+    ScaleMinK4(2 * c, scales, &sc0, &m0);
+    ScaleMinK4(2 * c + 1, scales, &sc1, &m1);
+    const uint8_t* qs = src + offsetof(Block, qs) + 32 * c;
+    uint8_t lo[32], hi[32];
+    for (size_t l = 0; l < 32; l += hn::Lanes(d8)) {
+      const auto v = hn::LoadU(d8, qs + l);
+      auto vlo = hn::And(v, hn::Set(d8, 15)), vhi = hn::ShiftRight<4>(v);
+      if constexpr (kFifthBit) {
+        // Bit 2c of qh[l] is the fifth bit of the low-nibble value, bit 2c+1 that of the high one.
+        const auto h = hn::LoadU(d8, qh + l), one = hn::Set(d8, 1);
+        vlo = hn::Or(vlo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c), one)));
+        vhi = hn::Or(vhi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c + 1), one)));
+      }
+      hn::StoreU(vlo, d8, lo + l);
+      hn::StoreU(vhi, d8, hi + l);
+    }
+    f(2 * c, lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0));
+    f(2 * c + 1, hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1));
+  }
+}
+
+// Calls f(g, q, d * sc_g) for the sixteen 16-value groups g of a Q6_K block, q holding
+// the group's signed values.
+template <typename F>
+HWY_INLINE void ForEachGroupQ6_K(const uint8_t* src, F&& f) {
+  const float d = HalfAt(src + offsetof(isa::BlockQ6_K, d));
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
+    const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
+    const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ6_K, scales)) + 8 * half;
+    int8_t q[128];
+    for (int l = 0; l < 32; ++l) {
+      q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+      q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
+      q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+      q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+    }
+    // Group g of 16 outputs uses scale sc[g]: (d * sc) * q, as the reference.
+    for (int g = 0; g < 8; ++g) f(8 * half + g, q + 16 * g, d * static_cast<float>(sc[g]));
+  }
+}
+
 template <bool kFifthBit, typename Block>
 void RowK(const uint8_t* src, float* y, size_t nb) {
   for (size_t i = 0; i < nb; ++i, src += sizeof(Block), y += 256) {
-    const float d = HalfAt(src + offsetof(Block, d)), dmin = HalfAt(src + offsetof(Block, dmin));
-    const uint8_t* scales = src + offsetof(Block, scales);
-    [[maybe_unused]] const uint8_t* qh = src + (kFifthBit ? offsetof(isa::BlockQ5_K, qh) : 0);
-    for (int c = 0; c < 4; ++c) {
-      uint8_t sc0, m0, sc1, m1;
-      ScaleMinK4(2 * c, scales, &sc0, &m0);
-      ScaleMinK4(2 * c + 1, scales, &sc1, &m1);
-      const uint8_t* qs = src + offsetof(Block, qs) + 32 * c;
-      uint8_t lo[32], hi[32];
-      for (int l = 0; l < 32; ++l) {
-        lo[l] = qs[l] & 15;
-        hi[l] = qs[l] >> 4;
-        if constexpr (kFifthBit) {
-          lo[l] = static_cast<uint8_t>(lo[l] | (((qh[l] >> (2 * c)) & 1) << 4));
-          hi[l] = static_cast<uint8_t>(hi[l] | (((qh[l] >> (2 * c + 1)) & 1) << 4));
-        }
-      }
-      ScaleMinusU8(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * c);
-      ScaleMinusU8(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), y + 64 * c + 32);
-    }
+    ForEachSubBlockK<kFifthBit, Block>(src, [&](int j, const uint8_t* q, float scale, float min) {
+      ScaleMinusU8(q, scale, min, y + 32 * j);
+    });
   }
 }
 
 void RowQ6_K(const uint8_t* src, float* y, size_t nb) {
   for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ6_K), y += 256) {
-    const float d = HalfAt(src + offsetof(isa::BlockQ6_K, d));
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
-      const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
-      const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ6_K, scales)) + 8 * half;
-      int8_t q[128];
-      for (int l = 0; l < 32; ++l) {
-        q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
-        q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-      }
-      // Group g of 16 outputs uses scale sc[g]: (d * sc) * q, as the reference.
-      for (int g = 0; g < 8; ++g) ScaleI8(q + 16 * g, d * static_cast<float>(sc[g]), y + 128 * half + 16 * g, 16);
-    }
+    ForEachGroupQ6_K(src, [&](int g, const int8_t* q, float scale) { ScaleI8(q, scale, y + 16 * g, 16); });
   }
 }
 
@@ -182,8 +208,8 @@ void Dequantize(const void* blocks, isa::DType type, float* out, size_t n) {
   const size_t nb = n / isa::dtype_block_elems(type);
   switch (type) {
     case isa::DType::kQ8_0: return RowQ8_0(src, out, nb);
-    case isa::DType::kQ4_0: return RowQ4_0(src, out, nb);
-    case isa::DType::kQ5_0: return RowQ5_0(src, out, nb);
+    case isa::DType::kQ4_0: return RowQ4_0Q5_0<false>(src, out, nb);
+    case isa::DType::kQ5_0: return RowQ4_0Q5_0<true>(src, out, nb);
     case isa::DType::kQ4_K: return RowK<false, isa::BlockQ4_K>(src, out, nb);
     case isa::DType::kQ5_K: return RowK<true, isa::BlockQ5_K>(src, out, nb);
     case isa::DType::kQ6_K: return RowQ6_K(src, out, nb);
@@ -221,17 +247,9 @@ template <bool kFifthBit>
 float DotRowQ4_0Q5_0(const uint8_t* src, const float* x, size_t nb) {
   const DF df;
   auto acc = hn::Zero(df);
-  constexpr size_t kBlock = kFifthBit ? sizeof(isa::BlockQ5_0) : sizeof(isa::BlockQ4_0);
-  for (size_t i = 0; i < nb; ++i, src += kBlock, x += 32) {
+  for (size_t i = 0; i < nb; ++i, src += kQ4_0Q5_0Bytes<kFifthBit>, x += 32) {
     int8_t q[32];
-    if constexpr (kFifthBit) {
-      const uint8_t* qh = src + offsetof(isa::BlockQ5_0, qh);
-      uint8_t h[32];
-      for (int k = 0; k < 4; ++k) std::memcpy(h + 8 * k, &kFifthBits[qh[k]], 8);
-      UnpackNibbles(src + offsetof(isa::BlockQ5_0, qs), h, 16, q);
-    } else {
-      UnpackNibbles(src + offsetof(isa::BlockQ4_0, qs), nullptr, 8, q);
-    }
+    UnpackQ4_0Q5_0<kFifthBit>(src, q);
     acc = hn::MulAdd(DotQ<DI8>(q, x, 32), hn::Set(df, HalfAt(src)), acc);
   }
   return hn::GetLane(hn::SumOfLanes(df, acc));
@@ -245,27 +263,10 @@ float DotRowK(const uint8_t* src, const float* x, const float* xsum, size_t nb) 
   auto acc = hn::Zero(df);
   float mins = 0.0f;
   for (size_t i = 0; i < nb; ++i, src += sizeof(Block), x += 256, xsum += 8) {
-    const float d = HalfAt(src + offsetof(Block, d)), dmin = HalfAt(src + offsetof(Block, dmin));
-    const uint8_t* scales = src + offsetof(Block, scales);
-    [[maybe_unused]] const uint8_t* qh = src + (kFifthBit ? offsetof(isa::BlockQ5_K, qh) : 0);
-    for (int c = 0; c < 4; ++c) {
-      uint8_t sc0, m0, sc1, m1;
-      ScaleMinK4(2 * c, scales, &sc0, &m0);
-      ScaleMinK4(2 * c + 1, scales, &sc1, &m1);
-      const uint8_t* qs = src + offsetof(Block, qs) + 32 * c;
-      uint8_t lo[32], hi[32];
-      for (int l = 0; l < 32; ++l) {
-        lo[l] = qs[l] & 15;
-        hi[l] = qs[l] >> 4;
-        if constexpr (kFifthBit) {
-          lo[l] = static_cast<uint8_t>(lo[l] | (((qh[l] >> (2 * c)) & 1) << 4));
-          hi[l] = static_cast<uint8_t>(hi[l] | (((qh[l] >> (2 * c + 1)) & 1) << 4));
-        }
-      }
-      acc = hn::MulAdd(DotQ<DU8>(lo, x + 64 * c, 32), hn::Set(df, d * static_cast<float>(sc0)), acc);
-      acc = hn::MulAdd(DotQ<DU8>(hi, x + 64 * c + 32, 32), hn::Set(df, d * static_cast<float>(sc1)), acc);
-      mins += dmin * static_cast<float>(m0) * xsum[2 * c] + dmin * static_cast<float>(m1) * xsum[2 * c + 1];
-    }
+    ForEachSubBlockK<kFifthBit, Block>(src, [&](int j, const uint8_t* q, float scale, float min) {
+      acc = hn::MulAdd(DotQ<DU8>(q, x + 32 * j, 32), hn::Set(df, scale), acc);
+      mins += min * xsum[j];
+    });
   }
   return hn::GetLane(hn::SumOfLanes(df, acc)) - mins;
 }
@@ -274,23 +275,9 @@ float DotRowQ6_K(const uint8_t* src, const float* x, size_t nb) {
   const DF df;
   auto acc = hn::Zero(df);
   for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ6_K), x += 256) {
-    const float d = HalfAt(src + offsetof(isa::BlockQ6_K, d));
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
-      const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
-      const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ6_K, scales)) + 8 * half;
-      int8_t q[128];
-      for (int l = 0; l < 32; ++l) {
-        q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
-        q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-      }
-      for (int g = 0; g < 8; ++g) {
-        const auto s = DotQ<DI8>(q + 16 * g, x + 128 * half + 16 * g, 16);
-        acc = hn::MulAdd(s, hn::Set(df, d * static_cast<float>(sc[g])), acc);
-      }
-    }
+    ForEachGroupQ6_K(src, [&](int g, const int8_t* q, float scale) {
+      acc = hn::MulAdd(DotQ<DI8>(q, x + 16 * g, 16), hn::Set(df, scale), acc);
+    });
   }
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }

@@ -1,0 +1,177 @@
+// OperatorSequence: operators bound to named buffers, laid out in three arenas and
+// dispatched as one fused launch or one launch per step.
+//
+//   auto gate = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 2048, .k = 640, ...});
+//   graph::OperatorSequence seq("swiglu",
+//       {{gate, {"w_gate", "x", "left"}}, {up, {"w_up", "x", "right"}}, ...},
+//       /*inputs=*/{"x"}, /*outputs=*/{"y"},
+//       /*buffer_sizes (elements)=*/{{"x", 640}, {"w_gate", 2048 * 640}, ...},
+//       graph::Dispatch::kFused);
+//   StatusOr<std::unique_ptr<graph::CompiledSequence>> run = seq.compile(memory, registry);
+//   np.copyto-style writes: (*run)->get_buffer("x")->data(), guards, ...
+//   Status s = (*run)->call({{"pos", 7}});
+//
+// Bindings. Step i binds one name per argument of its operator's signature, in
+// order: buffer names for buffers ("x", or a slice "kv[256:512]" in elements of the
+// buffer's dtype) and scalar names for scalars ("pos"), whose values are given per
+// call. A buffer's dtype is that of the arguments bound to it (all must agree) and
+// its size, in elements, is given in `buffer_sizes`; a binding's element count must
+// equal the argument's.
+//
+// Arenas. Buffers live in three device buffers: inputs (the `inputs` names), outputs
+// (the `outputs` names) and scratch (everything else: weights, caches and
+// intermediates). A scratch buffer that some step writes before any step reads it
+// (an intermediate) shares space with other intermediates whose lifetimes (first to
+// last step using them) do not overlap; every other scratch buffer keeps its own
+// bytes, so weights and caches written once through get_buffer() stay resident.
+// The input and scratch arenas are tracked (memory_context.h): any host write to
+// their views, by guard or raw pointer, is uploaded before the next call.
+//
+// Dispatch. kFused compiles every step into one kernel image: each step's code runs
+// on the blocks it needs and a BARRIER separates steps, so a step sees all writes of
+// its predecessors; one launch per call. kSeparate compiles each operator on its own;
+// one launch per step, buffers shared by name. Both give identical bytes.
+//
+// In-place steps. A step may bind an output to exactly the bytes of one of its inputs
+// only if the operator declares it safe (Operator::in_place_safe); any other overlap
+// between an output and another argument of the same step is rejected at compile().
+// Across steps, overlapping slices are fine: launches and barriers order them.
+//
+// Errors from compile() name the step (index and operator) and the binding: unknown
+// buffer, dtype or size mismatch, slice out of range, bad overlap, an input written
+// by a step, a missing size.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "npurt/base/status.h"
+#include "npurt/exec/code_registry.h"
+#include "npurt/memory/memory_context.h"
+#include "npurt/ops/operator.h"
+
+namespace npurt::graph {
+
+struct SequenceStep {
+  std::shared_ptr<const ops::Operator> op;
+  std::vector<std::string> bindings;  // one per signature argument, in order
+};
+
+enum class Dispatch : uint8_t { kFused, kSeparate };
+
+// A runtime scalar given per call; converted to the argument's declared type (i32 or
+// f32).
+using ScalarValue = std::variant<int64_t, double>;
+using Scalars = std::map<std::string, ScalarValue, std::less<>>;
+
+class CompiledSequence;
+
+struct CompileOptions {
+  // false is WRONG, for tests only: call() then creates its stream without the
+  // priming launch over every core, so cores its first launch does not use may run
+  // stale instruction lines of freed code at recycled addresses.
+  bool prime_stream = true;
+};
+
+class OperatorSequence {
+ public:
+  OperatorSequence(std::string name, std::vector<SequenceStep> steps, std::vector<std::string> inputs,
+                   std::vector<std::string> outputs, std::map<std::string, uint64_t> buffer_sizes,
+                   Dispatch dispatch = Dispatch::kFused);
+
+  // Lays out the arenas (allocating them in `memory`), compiles and publishes the code
+  // through `registry`. Both must outlive the result.
+  StatusOr<std::unique_ptr<CompiledSequence>> compile(MemoryContext& memory, exec::CodeRegistry& registry,
+                                                      CompileOptions options = {}) const;
+
+  const std::string& name() const { return name_; }
+
+  // Runs every step's host reference in order over `buffers` (name -> bytes in the
+  // buffer's dtype; missing buffers are created zero-filled, so pass at least the
+  // inputs and the resident scratch buffers). The host mirror of a call, for tests.
+  Status run_reference(std::map<std::string, std::vector<uint8_t>>& buffers, const Scalars& scalars = {}) const;
+
+ private:
+  std::string name_;
+  std::vector<SequenceStep> steps_;
+  std::vector<std::string> inputs_, outputs_;
+  std::map<std::string, uint64_t> sizes_;
+  Dispatch dispatch_;
+};
+
+// Where compile() placed one buffer.
+struct BufferPlacement {
+  std::string name;
+  enum class Arena : uint8_t { kInput, kOutput, kScratch } arena = Arena::kScratch;
+  uint64_t offset = 0;  // bytes into the arena
+  uint64_t bytes = 0;
+  isa::DType dtype = isa::DType::kF32;
+  bool intermediate = false;  // shares space with intermediates of disjoint lifetime
+};
+
+class CompiledSequence {
+ public:
+  ~CompiledSequence();
+  CompiledSequence(const CompiledSequence&) = delete;
+  CompiledSequence& operator=(const CompiledSequence&) = delete;
+
+  // A view of buffer `name` (or of a slice "name[a:b]") in its arena.
+  StatusOr<View> get_buffer(std::string_view name) const;
+
+  // Uploads exactly the stale bytes of what the steps read, runs the steps, then
+  // brings back exactly the output buffers (synchronous). `scalars` must give every
+  // scalar the steps bind. Runs on the sequence's own stream, created at the first
+  // call with a priming launch over every core (a fresh stream's first launch is what
+  // invalidates instruction caches); it is never replaced, since it runs only this
+  // sequence's code, which stays at its addresses while the sequence lives.
+  Status call(const Scalars& scalars = {});
+
+  // The asynchronous part of call(): the uploads and launches, enqueued on `stream`
+  // (e.g. a Worker run's stream; its code handles are code_handles()). Outputs are
+  // then device-newer and come back on the next host read of their views.
+  Status enqueue(hal::StreamId stream, const Scalars& scalars = {});
+  // Every image a run launches, for exec::Worker::submit.
+  const std::vector<exec::CodeHandle>& code_handles() const { return code_; }
+
+  Dispatch dispatch() const { return dispatch_; }
+  size_t launches_per_call() const { return kernels_.size(); }
+  const std::vector<BufferPlacement>& placements() const { return placements_; }
+  // Arena sizes in bytes: input, output, scratch.
+  uint64_t arena_bytes(BufferPlacement::Arena arena) const;
+
+ private:
+  friend class OperatorSequence;
+  struct KernelArgBinding {
+    bool scalar = false;
+    std::string name;  // buffer binding (name or slice) or scalar name
+    isa::DType dtype = isa::DType::kF32;
+    isa::Access access = isa::Access::kIn;
+  };
+  struct CompiledKernel {
+    isa::Image image;
+    uint32_t grid = 1;
+    exec::CodeHandle code;
+    std::vector<KernelArgBinding> args;
+  };
+  CompiledSequence() = default;
+  Status ensure_stream();
+  StatusOr<View> resolve(std::string_view binding) const;
+
+  MemoryContext* memory_ = nullptr;
+  exec::CodeRegistry* registry_ = nullptr;
+  Dispatch dispatch_ = Dispatch::kFused;
+  Buffer arenas_[3];
+  std::vector<BufferPlacement> placements_;
+  std::vector<CompiledKernel> kernels_;
+  std::vector<exec::CodeHandle> code_;
+  std::vector<std::string> outputs_;
+  exec::CodeHandle prime_;  // an empty kernel over every core, for fresh streams
+  bool prime_stream_ = true;
+  hal::StreamId stream_ = 0;  // call()'s stream: see ensure_stream()
+};
+
+}  // namespace npurt::graph

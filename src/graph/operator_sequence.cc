@@ -1,0 +1,529 @@
+#include "npurt/graph/operator_sequence.h"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <set>
+
+#include "npurt/isa/builder.h"
+#include "npurt/isa/numeric.h"
+
+namespace npurt::graph {
+
+using isa::Access;
+using isa::DType;
+using Arena = BufferPlacement::Arena;
+
+namespace {
+
+constexpr uint64_t kPage = 4096;        // host-writable buffers start on their own page
+constexpr uint64_t kDeviceAlign = 256;  // intermediates
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// A binding string: "name" or "name[first:last]" (elements, last exclusive).
+struct BufferRef {
+  std::string name;
+  bool slice = false;
+  uint64_t first = 0, last = 0;
+};
+
+StatusOr<BufferRef> parse_ref(std::string_view text) {
+  const size_t open = text.find('[');
+  if (open == std::string_view::npos) return BufferRef{std::string(text)};
+  const size_t colon = text.find(':', open), close = text.find(']', open);
+  const auto bad = [&] {
+    return Status(StatusCode::kInvalidArgument, "binding '" + std::string(text) + "' is not name or name[first:last]");
+  };
+  if (open == 0 || colon == std::string_view::npos || close != text.size() - 1 || colon > close) return bad();
+  BufferRef ref{std::string(text.substr(0, open)), true};
+  const auto number = [&](size_t from, size_t to, uint64_t* out) {
+    const auto [p, ec] = std::from_chars(text.data() + from, text.data() + to, *out);
+    return ec == std::errc() && p == text.data() + to && to > from;
+  };
+  if (!number(open + 1, colon, &ref.first) || !number(colon + 1, close, &ref.last)) return bad();
+  if (ref.last <= ref.first) return bad();
+  return ref;
+}
+
+std::string step_label(size_t i, const ops::Operator& op) {
+  return "step " + std::to_string(i) + " (" + op.name() + ")";
+}
+
+Status step_error(size_t i, const ops::Operator& op, const std::string& what) {
+  return Status(StatusCode::kInvalidArgument, step_label(i, op) + ": " + what);
+}
+
+Access merge(Access a, Access b) { return a == b ? a : Access::kInOut; }
+
+// One use of a buffer by a step argument.
+struct Use {
+  size_t step;
+  size_t arg;
+  BufferRef ref;
+  Access access;
+};
+
+struct BufferInfo {
+  DType dtype = DType::kF32;
+  uint64_t elements = 0;
+  std::vector<Use> uses;
+};
+
+}  // namespace
+
+OperatorSequence::OperatorSequence(std::string name, std::vector<SequenceStep> steps, std::vector<std::string> inputs,
+                                   std::vector<std::string> outputs, std::map<std::string, uint64_t> buffer_sizes,
+                                   Dispatch dispatch)
+    : name_(std::move(name)),
+      steps_(std::move(steps)),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)),
+      sizes_(std::move(buffer_sizes)),
+      dispatch_(dispatch) {}
+
+CompiledSequence::~CompiledSequence() {
+  if (stream_ != 0 && memory_ != nullptr) {
+    hal::Device& dev = memory_->device();
+    dev.stream_synchronize(stream_).ignore();
+    dev.destroy_stream(stream_).ignore();
+  }
+}
+
+namespace {
+
+// The checked facts compile() works from.
+struct Analysis {
+  std::map<std::string, BufferInfo> buffers;
+  std::map<std::string, DType> scalars;
+};
+
+Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<ops::OpArg>& sig,
+                           const std::map<std::string, BufferInfo>& buffers) {
+  // Byte ranges of every buffer argument of this step, in buffer coordinates.
+  struct Range {
+    size_t arg;
+    std::string name;
+    uint64_t first, last;
+  };
+  std::vector<Range> ranges;
+  for (size_t a = 0; a < sig.size(); ++a) {
+    if (sig[a].is_scalar()) continue;
+    auto ref = parse_ref(st.bindings[a]);
+    const BufferInfo& info = buffers.at(ref->name);
+    ranges.push_back({a, ref->name, ref->slice ? ref->first : 0, ref->slice ? ref->last : info.elements});
+  }
+  for (size_t x = 0; x < ranges.size(); ++x) {
+    for (size_t y = x + 1; y < ranges.size(); ++y) {
+      const Range &r = ranges[x], &s = ranges[y];
+      if (r.name != s.name || r.last <= s.first || s.last <= r.first) continue;
+      const bool rw = sig[r.arg].writes(), sw = sig[s.arg].writes();
+      if (!rw && !sw) continue;  // two reads of the same bytes
+      const bool exact = r.first == s.first && r.last == s.last;
+      if (exact && rw != sw && st.op->in_place_safe()) continue;
+      return step_error(i, *st.op, "'" + st.bindings[r.arg] + "' (" + sig[r.arg].name + ") and '" +
+                                       st.bindings[s.arg] + "' (" + sig[s.arg].name + ") overlap" +
+                                       (exact ? " and this operator cannot work in place"
+                                              : "; only an exact in-place binding can be allowed"));
+    }
+  }
+  return Status();
+}
+
+StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::map<std::string, uint64_t>& sizes,
+                           const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
+  if (steps.empty()) return Status(StatusCode::kInvalidArgument, "a sequence needs at least one step");
+  Analysis an;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceStep& st = steps[i];
+    if (!st.op) return Status(StatusCode::kInvalidArgument, "step " + std::to_string(i) + " has no operator");
+    NPURT_RETURN_IF_ERROR(st.op->validate().with_context(step_label(i, *st.op)));
+    const std::vector<ops::OpArg> sig = st.op->signature();
+    if (st.bindings.size() != sig.size()) {
+      return step_error(i, *st.op, "binds " + std::to_string(st.bindings.size()) + " names to " +
+                                       std::to_string(sig.size()) + " arguments");
+    }
+    for (size_t a = 0; a < sig.size(); ++a) {
+      const std::string& binding = st.bindings[a];
+      if (sig[a].is_scalar()) {
+        auto [it, fresh] = an.scalars.emplace(binding, sig[a].dtype);
+        if (!fresh && it->second != sig[a].dtype) {
+          return step_error(i, *st.op, "scalar '" + binding + "' is " + std::string(isa::dtype_name(sig[a].dtype)) +
+                                           " here and " + std::string(isa::dtype_name(it->second)) + " elsewhere");
+        }
+        continue;
+      }
+      StatusOr<BufferRef> ref = parse_ref(binding);
+      if (!ref.ok()) return step_error(i, *st.op, ref.status().message());
+      const auto size = sizes.find(ref->name);
+      if (size == sizes.end()) {
+        return step_error(i, *st.op, "unknown buffer '" + ref->name + "' (bound to " + sig[a].name + "): not in buffer_sizes");
+      }
+      auto [it, fresh] = an.buffers.emplace(ref->name, BufferInfo{sig[a].dtype, size->second, {}});
+      BufferInfo& info = it->second;
+      if (!fresh && info.dtype != sig[a].dtype) {
+        return step_error(i, *st.op, "buffer '" + ref->name + "' is " + std::string(isa::dtype_name(sig[a].dtype)) +
+                                         " for " + sig[a].name + " but " + std::string(isa::dtype_name(info.dtype)) +
+                                         " for an earlier binding");
+      }
+      const uint64_t have = ref->slice ? ref->last - ref->first : info.elements;
+      if (ref->slice && ref->last > info.elements) {
+        return step_error(i, *st.op, "slice '" + binding + "' ends past buffer '" + ref->name + "' (" +
+                                         std::to_string(info.elements) + " elements)");
+      }
+      if (have != sig[a].elements) {
+        return step_error(i, *st.op, "'" + binding + "' has " + std::to_string(have) + " elements but " + sig[a].name +
+                                         " needs " + std::to_string(sig[a].elements));
+      }
+      if (isa::dtype_bytes(info.dtype, have) == 0 ||
+          (ref->slice && isa::dtype_bytes(info.dtype, ref->first) == 0 && ref->first != 0)) {
+        return step_error(i, *st.op, "slice '" + binding + "' does not fall on whole " +
+                                         std::string(isa::dtype_name(info.dtype)) + " blocks");
+      }
+      info.uses.push_back({i, a, *ref, sig[a].access});
+    }
+    NPURT_RETURN_IF_ERROR(check_step_overlaps(i, st, sig, an.buffers));
+  }
+  for (const std::string& in : inputs) {
+    const auto it = an.buffers.find(in);
+    if (it == an.buffers.end()) return Status(StatusCode::kInvalidArgument, "input '" + in + "' is bound by no step");
+    for (const Use& u : it->second.uses) {
+      if (u.access != Access::kIn) {
+        return step_error(u.step, *steps[u.step].op, "writes input '" + in + "'; inputs are read-only");
+      }
+    }
+  }
+  for (const std::string& out : outputs) {
+    if (!an.buffers.count(out)) return Status(StatusCode::kInvalidArgument, "output '" + out + "' is bound by no step");
+    if (std::find(inputs.begin(), inputs.end(), out) != inputs.end()) {
+      return Status(StatusCode::kInvalidArgument, "'" + out + "' is both an input and an output");
+    }
+  }
+  return an;
+}
+
+// A scratch buffer is an intermediate when the first step using it writes all of it
+// and reads none of it: its bytes before that step never matter.
+bool is_intermediate(const BufferInfo& info) {
+  const size_t first = info.uses.front().step;
+  for (const Use& u : info.uses) {
+    if (u.step != first) break;
+    if (u.access != Access::kOut || u.ref.slice) return false;
+  }
+  return true;
+}
+
+// Lays out every buffer; intermediates are packed so that two share bytes only when
+// their step intervals are disjoint.
+std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::string>& inputs,
+                                     const std::vector<std::string>& outputs, uint64_t arena_bytes[3]) {
+  std::vector<BufferPlacement> placed;
+  const auto place = [&](const std::string& name, Arena arena, uint64_t align) {
+    const BufferInfo& info = an.buffers.at(name);
+    const uint64_t bytes = isa::dtype_bytes(info.dtype, info.elements);
+    uint64_t& end = arena_bytes[static_cast<int>(arena)];
+    end = align_up(end, align);
+    placed.push_back({name, arena, end, bytes, info.dtype, false});
+    end += bytes;
+  };
+  for (const std::string& n : inputs) place(n, Arena::kInput, kPage);
+  for (const std::string& n : outputs) place(n, Arena::kOutput, kPage);
+  struct Interval {
+    std::string name;
+    size_t first, last;
+    uint64_t bytes;
+  };
+  std::vector<Interval> intermediates;
+  const std::set<std::string> io(inputs.begin(), inputs.end());
+  const std::set<std::string> outs(outputs.begin(), outputs.end());
+  for (const auto& [name, info] : an.buffers) {
+    if (io.count(name) || outs.count(name)) continue;
+    if (is_intermediate(info)) {
+      intermediates.push_back({name, info.uses.front().step, info.uses.back().step,
+                               isa::dtype_bytes(info.dtype, info.elements)});
+    } else {
+      place(name, Arena::kScratch, kPage);
+    }
+  }
+  // Largest first, each at the lowest offset clear of every placed intermediate whose
+  // lifetime overlaps its own.
+  std::sort(intermediates.begin(), intermediates.end(),
+            [](const Interval& a, const Interval& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name; });
+  const uint64_t base = align_up(arena_bytes[static_cast<int>(Arena::kScratch)], kPage);
+  std::vector<std::pair<Interval, uint64_t>> done;
+  uint64_t end = base;
+  for (const Interval& iv : intermediates) {
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    for (const auto& [other, off] : done) {
+      if (other.first <= iv.last && iv.first <= other.last) busy.push_back({off, off + other.bytes});
+    }
+    std::sort(busy.begin(), busy.end());
+    uint64_t at = base;
+    for (const auto& [lo, hi] : busy) {
+      if (at + iv.bytes <= lo) break;
+      at = std::max(at, align_up(hi, kDeviceAlign));
+    }
+    done.push_back({iv, at});
+    const BufferInfo& info = an.buffers.at(iv.name);
+    placed.push_back({iv.name, Arena::kScratch, at, iv.bytes, info.dtype, true});
+    end = std::max(end, at + iv.bytes);
+  }
+  if (!intermediates.empty()) arena_bytes[static_cast<int>(Arena::kScratch)] = end;
+  return placed;
+}
+
+}  // namespace
+
+StatusOr<View> CompiledSequence::resolve(std::string_view binding) const {
+  NPURT_ASSIGN_OR_RETURN(BufferRef ref, parse_ref(binding));
+  const auto it = std::find_if(placements_.begin(), placements_.end(),
+                               [&](const BufferPlacement& p) { return p.name == ref.name; });
+  if (it == placements_.end()) {
+    return Status(StatusCode::kNotFound, "no buffer '" + ref.name + "' in this sequence");
+  }
+  const Buffer& arena = arenas_[static_cast<int>(it->arena)];
+  if (!ref.slice) return arena.view(it->offset, it->bytes);
+  const uint64_t first = isa::dtype_bytes(it->dtype, ref.first), last = isa::dtype_bytes(it->dtype, ref.last);
+  if ((ref.first != 0 && first == 0) || last == 0 || last > it->bytes) {
+    return Status(StatusCode::kOutOfRange, "slice '" + std::string(binding) + "' is outside buffer '" + ref.name + "'");
+  }
+  return arena.view(it->offset + first, last - first);
+}
+
+StatusOr<View> CompiledSequence::get_buffer(std::string_view name) const { return resolve(name); }
+
+uint64_t CompiledSequence::arena_bytes(Arena arena) const {
+  const Buffer& b = arenas_[static_cast<int>(arena)];
+  return b.valid() ? b.size() : 0;
+}
+
+namespace {
+
+// An empty kernel: launched over every core on a fresh stream, it invalidates every
+// core's instruction cache before the sequence's own kernels run (a fresh stream's
+// first launch invalidates only the cores that launch uses).
+StatusOr<isa::Image> prime_image() {
+  isa::KernelBuilder b("prime");
+  b.exit();
+  return b.build();
+}
+
+// Code of one fused step: runs on blocks [0, grid) of the launch, with registers
+// cleared as at a block's start, then waits for every block.
+Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, uint32_t* grid) {
+  const isa::Reg gate{0}, limit{1};
+  // The gate needs the step's grid before its code: an operator's grid is a function
+  // of its parameters and the target alone, so a first emission into a scratch
+  // builder tells it.
+  isa::KernelBuilder probe("probe");
+  ops::EmitContext probe_ctx{probe, ctx.target, ctx.signature, {}};
+  for (const ops::OpArg& a : ctx.signature) {
+    probe_ctx.args.push_back(a.is_scalar() ? probe.arg_scalar(a.name, a.dtype) : probe.arg_buffer(a.name, a.access, a.dtype));
+  }
+  NPURT_ASSIGN_OR_RETURN(*grid, op.emit(probe_ctx));
+  b.block_id(gate);
+  b.li(limit, *grid);
+  b.alu(isa::AluOp::kSub, gate, limit, gate);  // grid - block id
+  b.alui(isa::AluOp::kMin, gate, gate, 1);
+  b.alui(isa::AluOp::kMax, gate, gate, 0);     // 1 on the step's blocks, else 0
+  b.loop_begin(gate);
+  for (uint8_t r = 0; r < isa::kNumScalarRegs; ++r) b.li(isa::Reg{r}, 0);
+  NPURT_ASSIGN_OR_RETURN(uint32_t again, op.emit(ctx));
+  if (again != *grid) return Status(StatusCode::kInternal, op.name() + ": grid changed between emissions");
+  b.loop_end();
+  b.barrier();
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryContext& memory,
+                                                                      exec::CodeRegistry& registry,
+                                                                      CompileOptions options) const {
+  NPURT_ASSIGN_OR_RETURN(Analysis an, analyze(steps_, sizes_, inputs_, outputs_));
+  auto seq = std::unique_ptr<CompiledSequence>(new CompiledSequence());
+  seq->memory_ = &memory;
+  seq->registry_ = &registry;
+  seq->dispatch_ = dispatch_;
+  seq->prime_stream_ = options.prime_stream;
+  seq->outputs_ = outputs_;
+  uint64_t arena_bytes[3] = {0, 0, 0};
+  seq->placements_ = lay_out(an, inputs_, outputs_, arena_bytes);
+  static const char* kArenaNames[3] = {"inputs", "outputs", "scratch"};
+  for (int a = 0; a < 3; ++a) {
+    if (arena_bytes[a] == 0) continue;
+    BufferOptions o;
+    o.name = name_ + "." + kArenaNames[a];
+    o.alignment = kPage;
+    o.track_writes = a != static_cast<int>(Arena::kOutput);  // host writes are caught by page
+    NPURT_ASSIGN_OR_RETURN(seq->arenas_[a], memory.create_buffer(arena_bytes[a], o));
+  }
+
+  const ops::Target target = ops::Target::of(memory.device().info());
+  using Kernel = CompiledSequence::CompiledKernel;
+  if (dispatch_ == Dispatch::kSeparate) {
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      StatusOr<ops::Kernel> k = steps_[i].op->compile(target);
+      if (!k.ok()) return k.status().with_context(step_label(i, *steps_[i].op));
+      Kernel ck{std::move(k->image), k->grid, {}, {}};
+      for (size_t a = 0; a < k->args.size(); ++a) {
+        ck.args.push_back({k->args[a].is_scalar(), steps_[i].bindings[a], k->args[a].dtype, k->args[a].access});
+      }
+      seq->kernels_.push_back(std::move(ck));
+    }
+  } else {
+    // One argument per distinct binding, with the union of its accesses.
+    std::vector<CompiledSequence::KernelArgBinding> args;
+    std::map<std::string, size_t> index;
+    for (const SequenceStep& st : steps_) {
+      const auto sig = st.op->signature();
+      for (size_t a = 0; a < sig.size(); ++a) {
+        auto [it, fresh] = index.emplace(st.bindings[a], args.size());
+        if (fresh) {
+          args.push_back({sig[a].is_scalar(), st.bindings[a], sig[a].dtype, sig[a].access});
+        } else if (!sig[a].is_scalar()) {
+          args[it->second].access = merge(args[it->second].access, sig[a].access);
+        }
+      }
+    }
+    if (args.size() > static_cast<size_t>(isa::kMaxArgs)) {
+      return Status(StatusCode::kInvalidArgument, name_ + ": " + std::to_string(args.size()) +
+                                                      " distinct bindings, more than a kernel's " +
+                                                      std::to_string(isa::kMaxArgs) + " arguments");
+    }
+    isa::KernelBuilder b(name_);
+    std::vector<uint8_t> arg_index;
+    for (const auto& a : args) {
+      arg_index.push_back(a.scalar ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
+    }
+    uint32_t grid = 1;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const SequenceStep& st = steps_[i];
+      ops::EmitContext ctx{b, target, st.op->signature(), {}};
+      for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
+      uint32_t step_grid = 0;
+      NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, &step_grid).with_context(step_label(i, *st.op)));
+      if (step_grid > target.cores) {
+        return step_error(i, *st.op, "needs " + std::to_string(step_grid) + " blocks; a fused sequence runs on " +
+                                         std::to_string(target.cores) + " cores at most");
+      }
+      grid = std::max(grid, step_grid);
+    }
+    b.exit();
+    StatusOr<isa::Image> image = b.build(target.local_bytes);
+    if (!image.ok()) return image.status().with_context("fusing " + name_);
+    seq->kernels_.push_back({std::move(image).value(), grid, {}, std::move(args)});
+  }
+  NPURT_ASSIGN_OR_RETURN(isa::Image prime, prime_image());
+  NPURT_ASSIGN_OR_RETURN(seq->prime_, registry.register_image(prime));
+  for (Kernel& k : seq->kernels_) {
+    NPURT_ASSIGN_OR_RETURN(k.code, registry.register_image(k.image));
+    seq->code_.push_back(k.code);
+  }
+  return seq;
+}
+
+Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t>>& buffers,
+                                       const Scalars& scalars) const {
+  NPURT_ASSIGN_OR_RETURN(Analysis an, analyze(steps_, sizes_, inputs_, outputs_));
+  for (const auto& [name, info] : an.buffers) {
+    std::vector<uint8_t>& b = buffers[name];
+    const uint64_t bytes = isa::dtype_bytes(info.dtype, info.elements);
+    if (b.size() != bytes) {
+      if (!b.empty()) return Status(StatusCode::kInvalidArgument, "host buffer '" + name + "' has the wrong size");
+      b.assign(bytes, 0);
+    }
+  }
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const SequenceStep& st = steps_[i];
+    const auto sig = st.op->signature();
+    std::vector<ops::HostArg> args;
+    for (size_t a = 0; a < sig.size(); ++a) {
+      if (sig[a].is_scalar()) {
+        const auto it = scalars.find(st.bindings[a]);
+        if (it == scalars.end()) return Status(StatusCode::kInvalidArgument, "no value for scalar '" + st.bindings[a] + "'");
+        const ScalarValue& v = it->second;
+        const double d = std::holds_alternative<double>(v) ? std::get<double>(v) : static_cast<double>(std::get<int64_t>(v));
+        args.push_back(sig[a].dtype == DType::kF32 ? ops::HostArg::f32(static_cast<float>(d))
+                                                   : ops::HostArg::i64(std::holds_alternative<int64_t>(v)
+                                                                           ? std::get<int64_t>(v)
+                                                                           : static_cast<int64_t>(d)));
+        continue;
+      }
+      NPURT_ASSIGN_OR_RETURN(BufferRef ref, parse_ref(st.bindings[a]));
+      std::span<uint8_t> bytes(buffers[ref.name]);
+      if (ref.slice) {
+        const uint64_t first = isa::dtype_bytes(sig[a].dtype, ref.first);
+        bytes = bytes.subspan(first, isa::dtype_bytes(sig[a].dtype, ref.last) - first);
+      }
+      args.push_back(ops::HostArg::buffer(bytes));
+    }
+    NPURT_RETURN_IF_ERROR(st.op->reference(args).with_context(step_label(i, *st.op)));
+  }
+  return Status();
+}
+
+// The sequence's own stream, created on first use and primed over every core. It
+// never needs replacing: it only ever runs this sequence's images (and the shared
+// prime), whose bytes sit unchanged at their addresses from before the stream's
+// creation until the sequence is destroyed, so no core can have cached other bytes
+// for them since the priming launch invalidated every core.
+Status CompiledSequence::ensure_stream() {
+  if (stream_ != 0) return Status();
+  hal::Device& dev = memory_->device();
+  NPURT_ASSIGN_OR_RETURN(hal::StreamId s, dev.create_stream());
+  stream_ = s;
+  if (!prime_stream_) return Status();
+  return dev.launch(stream_, {prime_.address(), dev.info().num_cores, {}});
+}
+
+Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
+  for (const CompiledKernel& k : kernels_) {
+    std::vector<LaunchArg> args;
+    args.reserve(k.args.size());
+    for (const KernelArgBinding& a : k.args) {
+      if (!a.scalar) {
+        NPURT_ASSIGN_OR_RETURN(View v, resolve(a.name));
+        args.push_back(a.access == Access::kIn    ? LaunchArg::input(std::move(v))
+                       : a.access == Access::kOut ? LaunchArg::output(std::move(v))
+                                                  : LaunchArg::inout(std::move(v)));
+        continue;
+      }
+      const auto it = scalars.find(a.name);
+      if (it == scalars.end()) {
+        return Status(StatusCode::kInvalidArgument, "no value for scalar '" + a.name + "'");
+      }
+      const ScalarValue& v = it->second;
+      if (a.dtype == DType::kF32) {
+        args.push_back(LaunchArg::scalar_f32(static_cast<float>(
+            std::holds_alternative<double>(v) ? std::get<double>(v) : static_cast<double>(std::get<int64_t>(v)))));
+      } else {
+        if (!std::holds_alternative<int64_t>(v)) {
+          return Status(StatusCode::kInvalidArgument, "scalar '" + a.name + "' is an integer, got a floating value");
+        }
+        args.push_back(LaunchArg::scalar_i64(std::get<int64_t>(v)));
+      }
+    }
+    NPURT_RETURN_IF_ERROR(memory_->launch(stream, k.code.address(), k.image, k.grid, args));
+  }
+  return Status();
+}
+
+Status CompiledSequence::call(const Scalars& scalars) {
+  NPURT_RETURN_IF_ERROR(ensure_stream());
+  NPURT_RETURN_IF_ERROR(enqueue(stream_, scalars));
+  Status run = memory_->device().stream_synchronize(stream_);
+  if (!run.ok()) {
+    // A failed stream proves nothing about its cores: start over on a fresh one.
+    memory_->device().destroy_stream(stream_).ignore();
+    stream_ = 0;
+    return run;
+  }
+  for (const std::string& out : outputs_) {
+    NPURT_ASSIGN_OR_RETURN(View v, resolve(out));
+    NPURT_RETURN_IF_ERROR(memory_->to_host(v));
+  }
+  return Status();
+}
+
+}  // namespace npurt::graph

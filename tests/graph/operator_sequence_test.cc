@@ -1,0 +1,516 @@
+// Operator sequences on the simulated device: layout, fused and separate dispatch,
+// residency, in-place steps and compile-time errors, each checked against the
+// sequence's host reference on fresh random data.
+#include "npurt/graph/operator_sequence.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <unistd.h>
+
+#include "npurt/exec/worker.h"
+#include "npurt/hal/sim_device.h"
+#include "npurt/isa/numeric.h"
+#include "npurt/ops/elementwise.h"
+#include "npurt/ops/gemv.h"
+#include "npurt/ops/rmsnorm.h"
+#include "npurt/ops/rope.h"
+#include "ops/random_inputs.h"
+
+namespace npurt::graph {
+namespace {
+
+using isa::DType;
+using HostBuffers = std::map<std::string, std::vector<uint8_t>>;
+
+#define ASSERT_OK(expr)                                              \
+  do {                                                               \
+    const ::npurt::Status s_ = (expr);                               \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string();         \
+  } while (0)
+
+template <typename T>
+T value_or_die(StatusOr<T> v) {
+  if (!v.ok()) {
+    ADD_FAILURE() << v.status().to_string();
+    std::abort();
+  }
+  return std::move(v).value();
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = double(got[i]) - want[i];
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// A device, its memory context and code registry, with the context's policy chosen
+// by the test (the naive one shows the stale-data tests can fail).
+class Rig {
+ public:
+  explicit Rig(MemoryOptions mo = {}, bool sanitize = false) {
+    hal::SimOptions o;
+    o.global_memory_bytes = 256ull << 20;
+    o.sanitize = sanitize;
+    dev = value_or_die(hal::create_sim_device(o));
+    memory = value_or_die(MemoryContext::create(*dev, mo));
+    registry = std::make_unique<exec::CodeRegistry>(*dev);
+  }
+  ~Rig() {
+    seqs.clear();
+    memory.reset();
+  }
+  CompiledSequence& compile(const OperatorSequence& s, CompileOptions options = {}) {
+    seqs.push_back(value_or_die(s.compile(*memory, *registry, options)));
+    return *seqs.back();
+  }
+  // Writes `bytes` into buffer `name` through a raw pointer into its tracked view.
+  void write_raw(CompiledSequence& seq, const std::string& name, const std::vector<uint8_t>& bytes) {
+    View v = value_or_die(seq.get_buffer(name));
+    ASSERT_EQ(v.size(), bytes.size()) << name;
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+  }
+  std::vector<uint8_t> read(CompiledSequence& seq, const std::string& name) {
+    View v = value_or_die(seq.get_buffer(name));
+    ReadGuard g = value_or_die(memory->read(v));
+    return {g.bytes().begin(), g.bytes().end()};
+  }
+  std::unique_ptr<hal::Device> dev;
+  std::unique_ptr<MemoryContext> memory;
+  std::unique_ptr<exec::CodeRegistry> registry;
+  std::vector<std::unique_ptr<CompiledSequence>> seqs;
+};
+
+std::vector<uint8_t> random_for(DType t, uint64_t elements, uint32_t seed) {
+  std::mt19937 rng(seed);
+  return testing::random_bytes_for(ops::OpArg::buffer("r", isa::Access::kIn, t, elements), rng);
+}
+
+std::vector<float> as_f32(const std::vector<uint8_t>& b, DType t) { return isa::to_f32(b, t); }
+
+// ---- the user-facing one-step patterns ------------------------------------------
+
+OperatorSequence gemv_sequence(Dispatch d) {
+  auto gemv = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 64, .k = 640, .weight = DType::kBF16});
+  return OperatorSequence("gemv", {{gemv, {"A", "x", "out"}}}, {"A", "x"}, {"out"},
+                          {{"A", 64 * 640}, {"x", 640}, {"out", 64}}, d);
+}
+
+// Inputs written through get_buffer views (raw pointers), one call, output read back.
+std::vector<uint8_t> run_gemv_once(Rig& rig, HostBuffers* host) {
+  CompiledSequence& seq = rig.compile(gemv_sequence(Dispatch::kFused));
+  (*host)["A"] = random_for(DType::kBF16, 64 * 640, 1);
+  (*host)["x"] = random_for(DType::kF32, 640, 2);
+  rig.write_raw(seq, "A", (*host)["A"]);
+  rig.write_raw(seq, "x", (*host)["x"]);
+  EXPECT_TRUE(seq.call().ok());
+  return rig.read(seq, "out");
+}
+
+TEST(OperatorSequence, OneStepFusedGemvMatchesHost) {
+  Rig rig;
+  HostBuffers host;
+  const auto out = run_gemv_once(rig, &host);
+  ASSERT_OK(gemv_sequence(Dispatch::kFused).run_reference(host));
+  EXPECT_LT(rel_l2(as_f32(out, DType::kF32), as_f32(host["out"], DType::kF32)), 1e-2);
+}
+
+// Fresh processes give identical bytes: the child prints a digest of the output.
+TEST(OperatorSequence, GemvDigestForChildProcess) {
+  const char* path = std::getenv("NPURT_SEQUENCE_DIGEST");
+  if (path == nullptr) GTEST_SKIP() << "run by OneStepFusedGemvIsIdenticalAcrossProcesses";
+  Rig rig;
+  HostBuffers host;
+  const auto out = run_gemv_once(rig, &host);
+  FILE* f = std::fopen(path, "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(out.data(), 1, out.size(), f);
+  std::fclose(f);
+}
+
+TEST(OperatorSequence, OneStepFusedGemvIsIdenticalAcrossProcesses) {
+  std::vector<std::vector<uint8_t>> outputs;
+  for (int p = 0; p < 5; ++p) {
+    const std::string file = ::testing::TempDir() + "npurt_digest_" + std::to_string(p);
+    const std::string cmd = "NPURT_SEQUENCE_DIGEST=" + file +
+                            " /proc/" + std::to_string(getpid()) +
+                            "/exe --gtest_filter=OperatorSequence.GemvDigestForChildProcess >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    FILE* f = std::fopen(file.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    std::vector<uint8_t> bytes(64 * 4);
+    ASSERT_EQ(std::fread(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+    std::remove(file.c_str());
+    outputs.push_back(bytes);
+  }
+  for (int p = 1; p < 5; ++p) EXPECT_EQ(outputs[p], outputs[0]) << "process " << p;
+  bool any_nonzero = false;
+  for (uint8_t b : outputs[0]) any_nonzero |= b != 0;
+  EXPECT_TRUE(any_nonzero);
+}
+
+OperatorSequence rmsnorm_sequence(Dispatch d) {
+  auto norm = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 640});
+  return OperatorSequence("rmsnorm", {{norm, {"x", "w", "out"}}}, {"x"}, {"out"},
+                          {{"x", 640}, {"w", 640}, {"out", 640}}, d);
+}
+
+TEST(OperatorSequence, WeightedRmsNormFusedIsCorrectAndDeterministic) {
+  std::vector<uint8_t> first;
+  for (int run = 0; run < 2; ++run) {
+    Rig rig;
+    CompiledSequence& seq = rig.compile(rmsnorm_sequence(Dispatch::kFused));
+    HostBuffers host{{"x", random_for(DType::kF32, 640, 5)}, {"w", random_for(DType::kF32, 640, 6)}};
+    rig.write_raw(seq, "x", host["x"]);
+    rig.write_raw(seq, "w", host["w"]);
+    ASSERT_OK(seq.call());
+    const auto out = rig.read(seq, "out");
+    ASSERT_OK(rmsnorm_sequence(Dispatch::kFused).run_reference(host));
+    EXPECT_LT(rel_l2(as_f32(out, DType::kF32), as_f32(host["out"], DType::kF32)), 1e-2);
+    if (run == 0) first = out;
+    else EXPECT_EQ(out, first);
+  }
+}
+
+// Looped dispatch with a host read in between: every call sees its new input and
+// every read sees that call's output. Returns how many of the 8 were right.
+int looped_rmsnorm_correct(MemoryOptions mo) {
+  Rig rig(mo);
+  CompiledSequence& seq = rig.compile(rmsnorm_sequence(Dispatch::kFused));
+  HostBuffers host{{"w", random_for(DType::kF32, 640, 9)}};
+  rig.write_raw(seq, "w", host["w"]);
+  int correct = 0;
+  for (uint32_t call = 0; call < 8; ++call) {
+    host["x"] = random_for(DType::kF32, 640, 100 + call);
+    rig.write_raw(seq, "x", host["x"]);
+    if (!seq.call().ok()) continue;
+    const auto out = rig.read(seq, "out");
+    host.erase("out");
+    if (!rmsnorm_sequence(Dispatch::kFused).run_reference(host).ok()) continue;
+    correct += rel_l2(as_f32(out, DType::kF32), as_f32(host["out"], DType::kF32)) < 1e-2;
+  }
+  return correct;
+}
+
+TEST(OperatorSequence, LoopedRmsNormSeesEveryNewInput) { EXPECT_EQ(looped_rmsnorm_correct({}), 8); }
+
+// The same loop under the naive residency-flag policy (the production bug) goes wrong:
+// the test above can fail.
+TEST(OperatorSequence, LoopedRmsNormFailsUnderNaiveResidencyFlags) {
+  MemoryOptions mo;
+  mo.policy = CoherencePolicy::kNaiveResidencyFlags;
+  EXPECT_LT(looped_rmsnorm_correct(mo), 8);
+}
+
+// ---- SwiGLU decode block with resident weights ----------------------------------
+
+constexpr uint64_t kHidden = 640, kFfn = 2048;
+
+OperatorSequence swiglu_sequence(Dispatch d, DType weight = DType::kQ8_0) {
+  auto gate = std::make_shared<ops::Gemv>(ops::GemvParams{.m = kFfn, .k = kHidden, .weight = weight});
+  auto up = std::make_shared<ops::Gemv>(ops::GemvParams{.m = kFfn, .k = kHidden, .weight = weight});
+  auto silu = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kSilu, .n = kFfn});
+  auto mul = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kMul, .n = kFfn});
+  auto down = std::make_shared<ops::Gemv>(ops::GemvParams{.m = kHidden, .k = kFfn, .weight = weight});
+  return OperatorSequence("swiglu",
+                          {{gate, {"w_gate", "x", "left"}},
+                           {up, {"w_up", "x", "right"}},
+                           {silu, {"left", "act"}},
+                           {mul, {"act", "right", "h"}},
+                           {down, {"w_down", "h", "y"}}},
+                          {"x"}, {"y"},
+                          {{"x", kHidden}, {"y", kHidden}, {"w_gate", kFfn * kHidden}, {"w_up", kFfn * kHidden},
+                           {"w_down", kHidden * kFfn}, {"left", kFfn}, {"right", kFfn}, {"act", kFfn}, {"h", kFfn}},
+                          d);
+}
+
+HostBuffers swiglu_weights(DType weight) {
+  return {{"w_gate", random_for(weight, kFfn * kHidden, 21)},
+          {"w_up", random_for(weight, kFfn * kHidden, 22)},
+          {"w_down", random_for(weight, kHidden * kFfn, 23)}};
+}
+
+TEST(OperatorSequence, SwigluWithResidentWeightsUploadsOnlyTheInput) {
+  Rig rig;
+  CompiledSequence& seq = rig.compile(swiglu_sequence(Dispatch::kFused));
+  HostBuffers host = swiglu_weights(DType::kQ8_0);
+  for (const char* w : {"w_gate", "w_up", "w_down"}) rig.write_raw(seq, w, host[w]);
+  View x = value_or_die(seq.get_buffer("x"));
+  for (uint32_t call = 0; call < 10; ++call) {
+    host["x"] = random_for(DType::kF32, kHidden, 300 + call);
+    {
+      WriteGuard g = value_or_die(rig.memory->overwrite(x));
+      std::memcpy(g.bytes().data(), host["x"].data(), host["x"].size());
+    }
+    const uint64_t h2d_before = rig.dev->counters().h2d_bytes;
+    ASSERT_OK(seq.call());
+    const uint64_t uploaded = rig.dev->counters().h2d_bytes - h2d_before;
+    if (call == 0) {
+      EXPECT_EQ(uploaded, kHidden * 4 + 3 * isa::dtype_bytes(DType::kQ8_0, kFfn * kHidden)) << "first call: weights too";
+    } else {
+      EXPECT_EQ(uploaded, kHidden * 4) << "call " << call;
+    }
+    const auto y = rig.read(seq, "y");
+    HostBuffers ref = host;
+    ASSERT_OK(swiglu_sequence(Dispatch::kFused).run_reference(ref));
+    EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-3) << "call " << call;
+  }
+}
+
+TEST(OperatorSequence, FusedAndSeparateGiveIdenticalBytes) {
+  std::vector<uint8_t> results[2];
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig;
+    CompiledSequence& seq = rig.compile(swiglu_sequence(d, DType::kBF16));
+    EXPECT_EQ(seq.launches_per_call(), d == Dispatch::kFused ? 1u : 5u);
+    HostBuffers host = swiglu_weights(DType::kBF16);
+    host["x"] = random_for(DType::kF32, kHidden, 7);
+    for (const char* n : {"w_gate", "w_up", "w_down", "x"}) rig.write_raw(seq, n, host[n]);
+    ASSERT_OK(seq.call());
+    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "y");
+  }
+  EXPECT_EQ(results[0], results[1]);
+}
+
+TEST(OperatorSequence, RunsThroughTheWorker) {
+  Rig rig;
+  CompiledSequence& seq = rig.compile(swiglu_sequence(Dispatch::kFused));
+  auto worker = value_or_die(exec::Worker::make(*rig.dev, *rig.registry));
+  HostBuffers host = swiglu_weights(DType::kQ8_0);
+  for (const char* w : {"w_gate", "w_up", "w_down"}) rig.write_raw(seq, w, host[w]);
+  for (uint32_t call = 0; call < 3; ++call) {
+    host["x"] = random_for(DType::kF32, kHidden, 400 + call);
+    rig.write_raw(seq, "x", host["x"]);
+    exec::RunHandle run =
+        worker->submit([&](exec::RunContext& ctx) { return seq.enqueue(ctx.stream()); }, seq.code_handles());
+    ASSERT_OK(run.wait());
+    const auto y = rig.read(seq, "y");
+    HostBuffers ref = host;
+    ASSERT_OK(swiglu_sequence(Dispatch::kFused).run_reference(ref));
+    EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-3) << "call " << call;
+  }
+}
+
+// ---- stale instructions --------------------------------------------------------
+
+// Sequence C (a one-block norm, then an add on all 8 cores) runs and is destroyed;
+// sequence D, the same but with a mul, is compiled next and its code lands exactly
+// where C's was. D's stream is primed over every core, so cores 1..7 drop the add's
+// cached lines: D computes a*b and the sanitizer reports nothing. Without the priming
+// launch (the test-only switch) D's first launch invalidates core 0 only, and the
+// other cores run C's stale add.
+struct RecycleOutcome {
+  bool recycled = false;
+  double rel_l2_to_mul = 0;
+  uint64_t hazards = 0;
+  Status status;
+};
+
+RecycleOutcome run_after_recycling(bool prime) {
+  constexpr uint64_t n = 8 * 4096;  // 8 tiles: one per core
+  Rig rig({}, /*sanitize=*/true);
+  auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = n});
+  auto mul = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kMul, .n = n});
+  auto norm = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 64});
+  const std::map<std::string, uint64_t> sizes{{"a", n}, {"b", n}, {"y", n}, {"v", 64}, {"w", 64}, {"vn", 64}};
+  RecycleOutcome r;
+  const auto sequence = [&](const char* name, std::shared_ptr<ops::Elementwise> op) {
+    return OperatorSequence(name, {{norm, {"v", "w", "vn"}}, {op, {"a", "b", "y"}}}, {"a", "b", "v"}, {"y", "vn"},
+                            sizes, Dispatch::kSeparate);
+  };
+  hal::DeviceAddr add_at = 0;
+  {
+    auto c = value_or_die(sequence("c", add).compile(*rig.memory, *rig.registry));
+    for (const char* name : {"a", "b", "v", "w"}) {
+      View v = value_or_die(c->get_buffer(name));
+      std::memset(v.data(), 0, v.size());
+    }
+    EXPECT_TRUE(c->call().ok());
+    add_at = c->code_handles()[1].address();
+  }
+  const OperatorSequence d = sequence("d", mul);
+  CompiledSequence& seq = rig.compile(d, {.prime_stream = prime});
+  r.recycled = seq.code_handles()[1].address() == add_at;
+  HostBuffers host{{"a", random_for(DType::kF32, n, 71)}, {"b", random_for(DType::kF32, n, 72)},
+                   {"v", random_for(DType::kF32, 64, 73)}, {"w", random_for(DType::kF32, 64, 74)}};
+  for (const char* name : {"a", "b", "v", "w"}) rig.write_raw(seq, name, host[name]);
+  r.status = seq.call();
+  r.hazards = rig.dev->counters().hazard_stale_fetch;
+  if (r.status.ok()) {
+    const auto y = rig.read(seq, "y");
+    EXPECT_TRUE(d.run_reference(host).ok());
+    r.rel_l2_to_mul = rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32));
+  }
+  return r;
+}
+
+TEST(OperatorSequence, PrimedStreamNeverRunsRecycledCodeLines) {
+  const RecycleOutcome r = run_after_recycling(/*prime=*/true);
+  ASSERT_TRUE(r.recycled) << "setup: the mul kernel did not land at the add kernel's address";
+  ASSERT_OK(r.status);
+  EXPECT_EQ(r.hazards, 0u);
+  EXPECT_LT(r.rel_l2_to_mul, 1e-6);
+}
+
+TEST(OperatorSequence, UnprimedStreamRunsRecycledCodeLines) {
+  const RecycleOutcome r = run_after_recycling(/*prime=*/false);
+  ASSERT_TRUE(r.recycled) << "setup: the mul kernel did not land at the add kernel's address";
+  EXPECT_TRUE(!r.status.ok() || r.hazards > 0 || r.rel_l2_to_mul > 1e-3)
+      << "without priming the stale add lines should have been detected";
+  EXPECT_EQ(r.status.code(), StatusCode::kHazard) << r.status.to_string();
+}
+
+// ---- layout --------------------------------------------------------------------
+
+TEST(OperatorSequence, IntermediatesWithDisjointLifetimesShareBytes) {
+  auto silu = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kSilu, .n = 1000});
+  auto gelu = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kGeluTanh, .n = 1000});
+  const OperatorSequence chain("chain",
+                               {{silu, {"x", "t1"}}, {gelu, {"t1", "t2"}}, {silu, {"t2", "t3"}}, {gelu, {"t3", "y"}}},
+                               {"x"}, {"y"}, {{"x", 1000}, {"t1", 1000}, {"t2", 1000}, {"t3", 1000}, {"y", 1000}});
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig;
+    const OperatorSequence s("chain", {{silu, {"x", "t1"}}, {gelu, {"t1", "t2"}}, {silu, {"t2", "t3"}}, {gelu, {"t3", "y"}}},
+                             {"x"}, {"y"}, {{"x", 1000}, {"t1", 1000}, {"t2", 1000}, {"t3", 1000}, {"y", 1000}}, d);
+    CompiledSequence& seq = rig.compile(s);
+    std::map<std::string, BufferPlacement> at;
+    for (const BufferPlacement& p : seq.placements()) at[p.name] = p;
+    EXPECT_TRUE(at["t1"].intermediate && at["t3"].intermediate);
+    EXPECT_EQ(at["t1"].offset, at["t3"].offset);  // t1 dies at step 1, t3 is born at step 2
+    EXPECT_NE(at["t1"].offset, at["t2"].offset);
+    EXPECT_LT(seq.arena_bytes(BufferPlacement::Arena::kScratch), 3 * 4000u);  // two intermediates' room, not three
+    HostBuffers host{{"x", random_for(DType::kF32, 1000, 31)}};
+    rig.write_raw(seq, "x", host["x"]);
+    ASSERT_OK(seq.call());
+    const auto y = rig.read(seq, "y");
+    ASSERT_OK(chain.run_reference(host));
+    EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+  }
+}
+
+// Slices: two steps write the halves of one buffer, a third reads it whole.
+TEST(OperatorSequence, SlicesAddressPartsOfABuffer) {
+  auto half = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 256});
+  auto silu = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kSilu, .n = 512});
+  const OperatorSequence s("halves",
+                           {{half, {"a[0:256]", "b[0:256]", "kv[0:256]"}},
+                            {half, {"a[256:512]", "b[256:512]", "kv[256:512]"}},
+                            {silu, {"kv", "y"}}},
+                           {"a", "b"}, {"y"}, {{"a", 512}, {"b", 512}, {"kv", 512}, {"y", 512}});
+  Rig rig;
+  CompiledSequence& seq = rig.compile(s);
+  HostBuffers host{{"a", random_for(DType::kF32, 512, 41)}, {"b", random_for(DType::kF32, 512, 42)}};
+  rig.write_raw(seq, "a", host["a"]);
+  rig.write_raw(seq, "b", host["b"]);
+  ASSERT_OK(seq.call());
+  const auto y = rig.read(seq, "y");
+  ASSERT_OK(s.run_reference(host));
+  EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+  EXPECT_EQ(value_or_die(seq.get_buffer("kv[256:512]")).size(), 256u * 4);
+}
+
+// ---- in place -----------------------------------------------------------------
+
+TEST(OperatorSequence, InPlaceRmsNormIsAllowedAndCorrect) {
+  auto norm = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 4, .dim = 256});
+  auto copy = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kSilu, .n = 1024});
+  const OperatorSequence s("inplace", {{copy, {"x", "h"}}, {norm, {"h", "w", "h"}}, {copy, {"h", "y"}}}, {"x"}, {"y"},
+                           {{"x", 1024}, {"h", 1024}, {"w", 256}, {"y", 1024}});
+  Rig rig;
+  CompiledSequence& seq = rig.compile(s);
+  HostBuffers host{{"x", random_for(DType::kF32, 1024, 51)}, {"w", random_for(DType::kF32, 256, 52)}};
+  rig.write_raw(seq, "x", host["x"]);
+  rig.write_raw(seq, "w", host["w"]);
+  ASSERT_OK(seq.call());
+  const auto y = rig.read(seq, "y");
+  ASSERT_OK(s.run_reference(host));
+  EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+}
+
+TEST(OperatorSequence, InPlaceIsRejectedForOperatorsThatCannotDoIt) {
+  auto gemv = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 640, .k = 640});
+  const OperatorSequence s("bad", {{gemv, {"w", "h", "h"}}}, {}, {}, {{"w", 640 * 640}, {"h", 640}});
+  Rig rig;
+  auto r = s.compile(*rig.memory, *rig.registry);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("step 0 (gemv f32 640x640): 'h' (x) and 'h' (y) overlap"), std::string::npos)
+      << r.status().to_string();
+}
+
+// ---- compile-time errors name the step and the binding ---------------------------
+
+TEST(OperatorSequence, LayoutErrorsNameStepAndBinding) {
+  auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 64});
+  auto add_bf16 = std::make_shared<ops::Elementwise>(
+      ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 64, .dtype = DType::kBF16});
+  struct Case {
+    OperatorSequence seq;
+    const char* message;
+  };
+  const std::map<std::string, uint64_t> sizes{{"a", 64}, {"b", 64}, {"c", 64}, {"big", 128}};
+  const Case cases[] = {
+      {OperatorSequence("s", {{add, {"a", "nope", "c"}}}, {"a"}, {"c"}, sizes),
+       "step 0 (add f32 64): unknown buffer 'nope'"},
+      {OperatorSequence("s", {{add, {"a", "big", "c"}}}, {"a"}, {"c"}, sizes),
+       "step 0 (add f32 64): 'big' has 128 elements but b needs 64"},
+      {OperatorSequence("s", {{add, {"a", "b", "c"}}, {add_bf16, {"c", "b", "a"}}}, {}, {}, sizes),
+       "step 1 (add bf16 64): buffer 'c' is bf16"},
+      {OperatorSequence("s", {{add, {"a", "big[100:164]", "c"}}}, {"a"}, {"c"}, sizes),
+       "slice 'big[100:164]' ends past buffer 'big'"},
+      {OperatorSequence("s", {{add, {"a", "b", "c"}}, {add, {"c", "b", "a"}}}, {"a"}, {"c"}, sizes),
+       "step 1 (add f32 64): writes input 'a'"},
+      {OperatorSequence("s", {{add, {"big[0:64]", "b", "big[32:96]"}}}, {}, {}, sizes),
+       "step 0 (add f32 64): 'big[0:64]' (a) and 'big[32:96]' (out) overlap"},
+      {OperatorSequence("s", {{add, {"a", "b"}}}, {}, {}, sizes), "step 0 (add f32 64): binds 2 names to 3 arguments"},
+      {OperatorSequence("s", {{add, {"a", "b[3", "c"}}}, {}, {}, sizes), "binding 'b[3' is not name or name[first:last]"},
+      {OperatorSequence("s", {{add, {"a", "b", "c"}}}, {"zzz"}, {}, sizes), "input 'zzz' is bound by no step"},
+  };
+  Rig rig;
+  for (const Case& c : cases) {
+    auto r = c.seq.compile(*rig.memory, *rig.registry);
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status().to_string();
+  }
+  // The device is still usable afterwards.
+  CompiledSequence& ok = rig.compile(rmsnorm_sequence(Dispatch::kFused));
+  rig.write_raw(ok, "x", random_for(DType::kF32, 640, 1));
+  rig.write_raw(ok, "w", random_for(DType::kF32, 640, 2));
+  ASSERT_OK(ok.call());
+}
+
+// Runtime scalars are given per call, by name, without recompiling.
+TEST(OperatorSequence, ScalarsArePassedPerCall) {
+  auto rope = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = 4, .head_dim = 256});
+  const OperatorSequence s("rope", {{rope, {"q", "q_rot", "pos", "base"}}}, {"q"}, {"q_rot"},
+                           {{"q", 1024}, {"q_rot", 1024}});
+  Rig rig;
+  CompiledSequence& seq = rig.compile(s);
+  HostBuffers host{{"q", random_for(DType::kF32, 1024, 61)}};
+  rig.write_raw(seq, "q", host["q"]);
+  const Status missing = seq.call({{"pos", int64_t{3}}});
+  EXPECT_NE(missing.message().find("no value for scalar 'base'"), std::string::npos) << missing.to_string();
+  for (int64_t pos : {0, 5, 77}) {
+    const Scalars scalars{{"pos", pos}, {"base", 10000.0}};
+    ASSERT_OK(seq.call(scalars));
+    const auto out = rig.read(seq, "q_rot");
+    HostBuffers ref = host;
+    ASSERT_OK(s.run_reference(ref, scalars));
+    EXPECT_LT(rel_l2(as_f32(out, DType::kF32), as_f32(ref["q_rot"], DType::kF32)), 1e-5) << "pos " << pos;
+  }
+  EXPECT_EQ(seq.get_buffer("nope").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace npurt::graph
