@@ -82,6 +82,7 @@ void BM_GemvBf16VsSgemv(benchmark::State& state) {
 BENCHMARK(BM_GemvBf16VsSgemv)
     ->Args({2048, 0})
     ->Args({8192, 1})
+    ->Args({8192, 0})
     ->ArgNames({"n", "cold"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

@@ -23,6 +23,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "hal/sim/dequant_kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -136,18 +137,33 @@ HWY_INLINE void ScaleMinK4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// d * sc_j and dmin * m_j for the eight 32-value sub-blocks of a Q4_K / Q5_K block.
+struct KScales {
+  float scale[8], min[8];
+};
+
+template <typename Block>
+HWY_INLINE KScales DecodeKScales(const uint8_t* src) {
+  const float d = HalfAt(src + offsetof(Block, d)), dmin = HalfAt(src + offsetof(Block, dmin));
+  const uint8_t* scales = src + offsetof(Block, scales);
+  KScales k;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    ScaleMinK4(j, scales, &sc, &m);
+    k.scale[j] = d * static_cast<float>(sc);
+    k.min[j] = dmin * static_cast<float>(m);
+  }
+  return k;
+}
+
 // Calls f(j, q, d * sc_j, dmin * m_j) for the eight 32-value sub-blocks j of a Q4_K or
 // Q5_K block, q holding the sub-block's unsigned values (Q5_K adds a fifth bit from qh).
 template <bool kFifthBit, typename Block, typename F>
 HWY_INLINE void ForEachSubBlockK(const uint8_t* src, F&& f) {
   const hn::CappedTag<uint8_t, 32> d8;
-  const float d = HalfAt(src + offsetof(Block, d)), dmin = HalfAt(src + offsetof(Block, dmin));
-  const uint8_t* scales = src + offsetof(Block, scales);
+  const KScales k = DecodeKScales<Block>(src);
   [[maybe_unused]] const uint8_t* qh = src + (kFifthBit ? offsetof(isa::BlockQ5_K, qh) : 0);
   for (int c = 0; c < 4; ++c) {
-    uint8_t sc0, m0, sc1, m1;
-    ScaleMinK4(2 * c, scales, &sc0, &m0);
-    ScaleMinK4(2 * c + 1, scales, &sc1, &m1);
     const uint8_t* qs = src + offsetof(Block, qs) + 32 * c;
     uint8_t lo[32], hi[32];
     for (size_t l = 0; l < 32; l += hn::Lanes(d8)) {
@@ -162,8 +178,8 @@ HWY_INLINE void ForEachSubBlockK(const uint8_t* src, F&& f) {
       hn::StoreU(vlo, d8, lo + l);
       hn::StoreU(vhi, d8, hi + l);
     }
-    f(2 * c, lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0));
-    f(2 * c + 1, hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1));
+    f(2 * c, lo, k.scale[2 * c], k.min[2 * c]);
+    f(2 * c + 1, hi, k.scale[2 * c + 1], k.min[2 * c + 1]);
   }
 }
 
@@ -256,28 +272,76 @@ float DotRowQ4_0Q5_0(const uint8_t* src, const float* x, size_t nb) {
 }
 
 // K types: sum over sub-blocks of (d*sc) * sum(q x) - (dmin*m) * sum(x); the sums of
-// x per 32 values (xsum) are computed once per instruction.
+// x per 32 values (xsum) are computed once per instruction. The values are decoded
+// in 32-bit lanes straight from the packed bytes (each lane holds one qs byte, whose
+// low and high nibbles belong to sub-blocks 2c and 2c+1), so nothing goes through
+// memory between unpacking and the multiply.
 template <bool kFifthBit, typename Block>
 float DotRowK(const uint8_t* src, const float* x, const float* xsum, size_t nb) {
   const DF df;
+  const DI32 di;
+  const hn::Rebind<uint32_t, DF> du;
+  const auto low = hn::Set(du, 15), one = hn::Set(du, 1);
   auto acc = hn::Zero(df);
   float mins = 0.0f;
   for (size_t i = 0; i < nb; ++i, src += sizeof(Block), x += 256, xsum += 8) {
-    ForEachSubBlockK<kFifthBit, Block>(src, [&](int j, const uint8_t* q, float scale, float min) {
-      acc = hn::MulAdd(DotQ<DU8>(q, x + 32 * j, 32), hn::Set(df, scale), acc);
-      mins += min * xsum[j];
-    });
+    const KScales k = DecodeKScales<Block>(src);
+    [[maybe_unused]] const uint8_t* qh = src + (kFifthBit ? offsetof(isa::BlockQ5_K, qh) : 0);
+    for (int c = 0; c < 4; ++c) {
+      const uint8_t* qs = src + offsetof(Block, qs) + 32 * c;
+      const float* xl = x + 64 * c;
+      auto s_lo = hn::Zero(df), s_hi = hn::Zero(df);
+      for (size_t l = 0; l < 32; l += hn::Lanes(df)) {
+        const auto v = hn::PromoteTo(du, hn::LoadU(DU8(), qs + l));
+        auto lo = hn::And(v, low), hi = hn::ShiftRight<4>(v);
+        if constexpr (kFifthBit) {
+          const auto h = hn::PromoteTo(du, hn::LoadU(DU8(), qh + l));
+          lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c), one)));
+          hi = hn::Or(hi, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * c + 1), one)));
+        }
+        s_lo = hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, lo)), hn::LoadU(df, xl + l), s_lo);
+        s_hi = hn::MulAdd(hn::ConvertTo(df, hn::BitCast(di, hi)), hn::LoadU(df, xl + 32 + l), s_hi);
+      }
+      acc = hn::MulAdd(s_lo, hn::Set(df, k.scale[2 * c]), acc);
+      acc = hn::MulAdd(s_hi, hn::Set(df, k.scale[2 * c + 1]), acc);
+      mins += k.min[2 * c] * xsum[2 * c] + k.min[2 * c + 1] * xsum[2 * c + 1];
+    }
   }
   return hn::GetLane(hn::SumOfLanes(df, acc)) - mins;
 }
 
+// Q6_K decoded in 32-bit lanes as for the K types: per half block, lane l combines
+// ql[l] / ql[l + 32] nibbles with the 2-bit pairs of qh[l] into the values at l,
+// l + 32, l + 64 and l + 96, each 16-value group scaled by its own d * sc.
 float DotRowQ6_K(const uint8_t* src, const float* x, size_t nb) {
   const DF df;
+  const DI32 di;
+  const hn::Rebind<uint32_t, DF> du;
+  const auto low = hn::Set(du, 15), three = hn::Set(du, 3);
+  const auto bias = hn::Set(di, 32);
   auto acc = hn::Zero(df);
   for (size_t i = 0; i < nb; ++i, src += sizeof(isa::BlockQ6_K), x += 256) {
-    ForEachGroupQ6_K(src, [&](int g, const int8_t* q, float scale) {
-      acc = hn::MulAdd(DotQ<DI8>(q, x + 16 * g, 16), hn::Set(df, scale), acc);
-    });
+    const float d = HalfAt(src + offsetof(isa::BlockQ6_K, d));
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
+      const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
+      const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ6_K, scales)) + 8 * half;
+      const float* xh = x + 128 * half;
+      // Group g covers values [16g, 16g + 16) of this half: quarter g / 2, lanes from (g % 2) * 16.
+      for (int g = 0; g < 8; ++g) {
+        const int quarter = g / 2, first = (g % 2) * 16;
+        auto s = hn::Zero(df);
+        for (int l = first; l < first + 16; l += static_cast<int>(hn::Lanes(df))) {
+          const auto v = hn::PromoteTo(du, hn::LoadU(DU8(), ql + l + (quarter & 1) * 32));
+          const auto h = hn::PromoteTo(du, hn::LoadU(DU8(), qh + l));
+          const auto nib = quarter < 2 ? hn::And(v, low) : hn::ShiftRight<4>(v);
+          const auto hi2 = hn::And(hn::ShiftRightSame(h, 2 * quarter), three);
+          const auto q = hn::Sub(hn::BitCast(di, hn::Or(nib, hn::ShiftLeft<4>(hi2))), bias);
+          s = hn::MulAdd(hn::ConvertTo(df, q), hn::LoadU(df, xh + 32 * quarter + l), s);
+        }
+        acc = hn::MulAdd(s, hn::Set(df, d * static_cast<float>(sc[g])), acc);
+      }
+    }
   }
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }
@@ -299,6 +363,10 @@ HWY_INLINE float DotPlain(const float* x, size_t k, LoadF load, ScalarF scalar) 
   for (; l < k; ++l) tail += scalar(l) * x[l];
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) + tail;
 }
+
+// Software prefetch distance for streamed weight rows: the hardware prefetchers alone
+// leave one core's stream latency-bound well below DRAM bandwidth.
+constexpr size_t kPrefetchBytes = 1024;
 
 // GM rows may start at any byte: scalar reads go through memcpy.
 template <typename T>
@@ -328,6 +396,71 @@ float DotRowPlain(const uint8_t* row, isa::DType type, const float* x, size_t k)
       [&](size_t l) { return isa::f16_to_f32(LoadAt<uint16_t>(w + l)); });
 }
 
+// Four plain rows at once: each x vector is loaded once for four rows and four weight
+// streams are in flight, which one core needs to get near DRAM bandwidth. The tail
+// (k not a multiple of the vector length) goes through DotRowPlain's scalar path.
+void DotFourRowsPlain(const uint8_t* row0, size_t stride, isa::DType type, const float* x, size_t k, float out[4]) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  const size_t body = k / n * n;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<uint32_t, DF> d32;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto load = [&](int r, size_t l) {
+    const uint8_t* row = row0 + static_cast<size_t>(r) * stride;
+    if (type == isa::DType::kF32) return hn::LoadU(df, reinterpret_cast<const float*>(row) + l);
+    const auto h = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(row) + l);
+    if (type == isa::DType::kBF16) return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, h)));
+    return hn::PromoteTo(df, hn::BitCast(dh, h));
+  };
+  const size_t esize = isa::dtype_size(type);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  for (size_t l = 0; l < body; l += n) {
+    if ((l * esize) % 64 == 0) {  // one prefetch per cache line of each row
+      for (int r = 0; r < 4; ++r) hwy::Prefetch(row0 + r * stride + l * esize + kPrefetchBytes);
+    }
+    const auto xv = hn::LoadU(df, x + l);
+    a0 = hn::MulAdd(load(0, l), xv, a0);
+    a1 = hn::MulAdd(load(1, l), xv, a1);
+    a2 = hn::MulAdd(load(2, l), xv, a2);
+    a3 = hn::MulAdd(load(3, l), xv, a3);
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+  if (body == k) return;
+  for (int r = 0; r < 4; ++r) {
+    out[r] += DotRowPlain(row0 + r * stride + body * esize, type, x + body, k - body);
+  }
+}
+
+// Four Q8_0 rows at once, for the same reason as DotFourRowsPlain.
+void DotFourRowsQ8_0(const uint8_t* row0, size_t stride, const float* x, size_t nb, float out[4]) {
+  const DF df;
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  constexpr size_t kBlock = sizeof(isa::BlockQ8_0);
+  const auto block = [&](int r, size_t b) { return row0 + r * stride + b * kBlock; };
+  const auto dot = [&](int r, size_t b) {
+    const uint8_t* p = block(r, b);
+    return hn::Mul(DotQ<DI8>(reinterpret_cast<const int8_t*>(p + offsetof(isa::BlockQ8_0, qs)), x + 32 * b, 32),
+                   hn::Set(df, HalfAt(p)));
+  };
+  for (size_t b = 0; b < nb; ++b) {
+    if (b % 2 == 0) {
+      for (int r = 0; r < 4; ++r) hwy::Prefetch(block(r, b) + kPrefetchBytes);
+    }
+    a0 = hn::Add(a0, dot(0, b));
+    a1 = hn::Add(a1, dot(1, b));
+    a2 = hn::Add(a2, dot(2, b));
+    a3 = hn::Add(a3, dot(3, b));
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+}
+
 void MatVec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
             float* y, bool accumulate) {
   const auto* base = static_cast<const uint8_t*>(w);
@@ -342,7 +475,20 @@ void MatVec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows
       xsum[j] = s;
     }
   }
-  for (size_t i = 0; i < rows; ++i) {
+  size_t i = 0;
+  if (isa::dtype_is_plain(type) || type == isa::DType::kQ8_0) {
+    for (; i + 4 <= rows; i += 4) {
+      float v[4];
+      const uint8_t* row = base + i * row_stride_bytes;
+      if (type == isa::DType::kQ8_0) {
+        DotFourRowsQ8_0(row, row_stride_bytes, x, nb, v);
+      } else {
+        DotFourRowsPlain(row, row_stride_bytes, type, x, k, v);
+      }
+      for (int r = 0; r < 4; ++r) y[i + r] = accumulate ? y[i + r] + v[r] : v[r];
+    }
+  }
+  for (; i < rows; ++i) {
     const uint8_t* row = base + i * row_stride_bytes;
     float v;
     switch (type) {
