@@ -113,6 +113,8 @@ struct BufferPlacement {
   bool intermediate = false;  // shares space with intermediates of disjoint lifetime
 };
 
+// One thread at a time calls a CompiledSequence; host writes to its views may come
+// from any thread (they are tracked) as long as they happen-before the call.
 class CompiledSequence {
  public:
   ~CompiledSequence();
