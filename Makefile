@@ -28,9 +28,10 @@ test-asan: deps
 
 fuzz: deps
 	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPURT_FUZZ=ON -DNPURT_BENCH=OFF >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_verifier
-	mkdir -p $(FUZZ_BUILD)/corpus/verifier
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_verifier fuzz_gguf
+	mkdir -p $(FUZZ_BUILD)/corpus/verifier $(FUZZ_BUILD)/corpus/gguf
 	./$(FUZZ_BUILD)/fuzz/fuzz_verifier -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/verifier fuzz/seeds/verifier
+	./$(FUZZ_BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/gguf fuzz/seeds/gguf
 
 test: test-release test-asan fuzz
 
