@@ -6,7 +6,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 
-.PHONY: deps build demo test test-release test-asan fuzz bench bench-ops clean
+.PHONY: deps build demo test test-release test-asan fuzz bench bench-ops clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -42,6 +42,10 @@ bench: build bench-ops
 # stdout and the same figures as JSON in $(BUILD)/ops_bench.json.
 bench-ops: build
 	./$(BUILD)/bench/npurt_ops_bench --benchmark_out=$(BUILD)/ops_bench.json --benchmark_out_format=json
+
+# The Gemma-3-270M Q4_K_M GGUF at models/gemma-3-270m-q4_k_m.gguf; not needed by build or test.
+model:
+	@bash scripts/install-model.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

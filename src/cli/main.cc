@@ -1,4 +1,4 @@
-// The npurt command: `npurt demo`, `npurt disasm FILE`.
+// The npurt command: `npurt demo`, `npurt disasm FILE`, `npurt info MODEL`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -9,6 +9,7 @@
 
 namespace npurt::cli {
 int run_demo(uint32_t cores, bool sanitize, uint32_t seed);
+int run_info(const std::string& path);
 }
 
 namespace {
@@ -47,8 +48,13 @@ int main(int argc, char** argv) {
   auto* disasm = app.add_subcommand("disasm", "verify a kernel image file and print its disassembly");
   disasm->add_option("FILE", file, "image file")->required();
 
+  std::string model;
+  auto* info = app.add_subcommand("info", "print a GGUF model file's header, metadata and tensor table");
+  info->add_option("MODEL", model, "GGUF file")->required();
+
   CLI11_PARSE(app, argc, argv);
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
   if (disasm->parsed()) return disasm_file(file);
+  if (info->parsed()) return npurt::cli::run_info(model);
   return 1;
 }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "models/gguf_writer.h"
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -17,23 +19,14 @@
 namespace npurt::models {
 namespace {
 
-// Little-endian GGUF encoder for building test files.
-class Writer {
+// Low-level GGUF encoder for building test files, malformed ones included.
+class Writer : public GgufBytes {
  public:
-  template <typename T>
-  void put(T v) {
-    uint8_t b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    bytes.insert(bytes.end(), b, b + sizeof(T));
-  }
   void u32(uint32_t v) { put(v); }
   void u64(uint64_t v) { put(v); }
-  void str(const std::string& s) {
-    u64(s.size());
-    bytes.insert(bytes.end(), s.begin(), s.end());
-  }
+  void str(const std::string& s) { GgufBytes::str(s); }
   void pad_to(uint64_t alignment) {
-    while (bytes.size() % alignment != 0) bytes.push_back(0);
+    while (data.size() % alignment != 0) data.push_back(0);
   }
   // key + type + value helpers
   template <typename T>
@@ -47,8 +40,6 @@ class Writer {
     u32(static_cast<uint32_t>(GgufType::kString));
     str(v);
   }
-
-  std::vector<uint8_t> bytes;
 };
 
 struct TensorSpec {
@@ -91,15 +82,15 @@ std::vector<uint8_t> build(const FileSpec& spec) {
     offsets.push_back(off);
     next = (off + t.bytes + spec.alignment - 1) / spec.alignment * spec.alignment;
   }
-  if (!spec.write_data || spec.tensors.empty()) return w.bytes;
+  if (!spec.write_data || spec.tensors.empty()) return w.data;
   w.pad_to(spec.alignment);
-  const uint64_t start = w.bytes.size();
+  const uint64_t start = w.data.size();
   for (size_t i = 0; i < spec.tensors.size(); ++i) {
     if (offsets[i] > (1u << 20)) continue;  // a deliberately absurd offset: no data
-    if (w.bytes.size() < start + offsets[i]) w.bytes.resize(start + offsets[i], 0);
-    for (uint64_t j = 0; j < spec.tensors[i].bytes; ++j) w.bytes.push_back(pattern(i, j));
+    if (w.data.size() < start + offsets[i]) w.data.resize(start + offsets[i], 0);
+    for (uint64_t j = 0; j < spec.tensors[i].bytes; ++j) w.data.push_back(pattern(i, j));
   }
-  return w.bytes;
+  return w.data;
 }
 
 // The well-formed file: every value type, alignment 64, F32 / Q8_0 / Q4_K tensors.
@@ -385,7 +376,7 @@ TEST(Gguf, RejectsHugeCountsWithoutAllocating) {
   w.u32(3);
   w.u64(uint64_t{1} << 58);
   w.u64(0);
-  expect_error(w.bytes, "tensor count 288230376151711744 at byte 8");
+  expect_error(w.data, "tensor count 288230376151711744 at byte 8");
 }
 
 TEST(Gguf, RejectsBadValueTypesAndDeepNesting) {
