@@ -1,10 +1,15 @@
 // GGUF encoders for tests that build model files in memory.
+//
+// GgufWriter writes a header and key/value table; tensors added with tensor() or
+// tensor_f32() follow as descriptors and an aligned data section (32 bytes, the
+// GGUF default). Without tensors the output is just header + key/values.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "npurt/models/gguf.h"
@@ -35,6 +40,7 @@ class GgufWriter : public GgufBytes {
     put(static_cast<uint32_t>(t));
   }
   void kv_u32(std::string_view k, uint32_t v) { key(k, GgufType::kU32); put(v); }
+  void kv_f32(std::string_view k, float v) { key(k, GgufType::kF32); put(v); }
   void kv_bool(std::string_view k, bool v) { key(k, GgufType::kBool); put<uint8_t>(v); }
   void kv_str(std::string_view k, std::string_view v) { key(k, GgufType::kString); str(v); }
   void kv_strings(std::string_view k, const std::vector<std::string>& v) {
@@ -50,14 +56,43 @@ class GgufWriter : public GgufBytes {
     for (int32_t i : v) put(i);
   }
 
+  // A tensor with dims ne[0] first, a GGML type id and its raw stored bytes.
+  void tensor(std::string_view name, std::vector<uint64_t> dims, uint32_t ggml_type,
+              std::vector<uint8_t> raw) {
+    tensors_.push_back({std::string(name), std::move(dims), ggml_type, std::move(raw)});
+  }
+  void tensor_f32(std::string_view name, std::vector<uint64_t> dims, const std::vector<float>& v) {
+    std::vector<uint8_t> raw(v.size() * sizeof(float));
+    if (!v.empty()) std::memcpy(raw.data(), v.data(), raw.size());
+    tensor(name, std::move(dims), 0, std::move(raw));
+  }
+
   std::vector<uint8_t> bytes() const {
     GgufWriter head;
     head.put<uint32_t>(0x46554747);  // "GGUF"
     head.put<uint32_t>(3);
-    head.put<uint64_t>(0);  // tensors
+    head.put<uint64_t>(tensors_.size());
     head.put<uint64_t>(n_kv_);
     std::vector<uint8_t> out = head.data;
     out.insert(out.end(), data.begin(), data.end());
+    if (tensors_.empty()) return out;
+
+    GgufBytes infos;
+    uint64_t offset = 0;
+    for (const Tensor& t : tensors_) {
+      infos.str(t.name);
+      infos.put(static_cast<uint32_t>(t.dims.size()));
+      for (uint64_t d : t.dims) infos.put(d);
+      infos.put(t.ggml_type);
+      infos.put(offset);
+      offset = align(offset + t.raw.size());
+    }
+    out.insert(out.end(), infos.data.begin(), infos.data.end());
+    out.resize(align(out.size()), 0);
+    for (const Tensor& t : tensors_) {
+      out.insert(out.end(), t.raw.begin(), t.raw.end());
+      out.resize(align(out.size()), 0);
+    }
     return out;
   }
 
@@ -68,7 +103,17 @@ class GgufWriter : public GgufBytes {
     put(n);
   }
 
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> dims;
+    uint32_t ggml_type;
+    std::vector<uint8_t> raw;
+  };
+  static constexpr uint64_t kAlignment = 32;
+  static uint64_t align(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
   uint64_t n_kv_ = 0;
+  std::vector<Tensor> tensors_;
 };
 
 }  // namespace npurt::models

@@ -1,0 +1,80 @@
+// A plain f32 Gemma-3 forward pass on the host, one token at a time: the reference
+// ("oracle") that device implementations are compared against.
+//
+//   StatusOr<models::GgufFile> file = models::GgufFile::open(path);
+//   StatusOr<models::HostOracle> oracle = models::HostOracle::load(*file);
+//   StatusOr<std::span<const float>> logits = oracle->step(token);  // vocab floats
+//
+// Weights stay in the file in their stored (possibly quantized) form and each row is
+// decoded with isa::to_f32 when it is used; only the norm weights are kept as f32
+// copies. Activations, the residual stream and the KV cache are f32; reductions
+// accumulate in double. The GgufFile must outlive the HostOracle.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "npurt/base/status.h"
+#include "npurt/isa/isa.h"
+#include "npurt/models/gemma3_config.h"
+#include "npurt/models/gguf.h"
+#include "npurt/models/tokenizer.h"
+
+namespace npurt::models {
+
+class HostOracle {
+ public:
+  // Reads the config and validates every tensor; nothing is dequantized up front.
+  static StatusOr<HostOracle> load(const GgufFile& file);
+
+  // Empties the KV cache; the next step() is at position 0.
+  Status reset();
+  // Runs `token` at position() and appends its keys and values to the cache. The
+  // logits stay valid until the next step() or reset().
+  StatusOr<std::span<const float>> step(int32_t token);
+
+  int32_t position() const { return position_; }
+  const Gemma3Config& config() const { return config_; }
+
+ private:
+  // A stored weight [in, out]: `out` rows of `in` values, decoded row by row.
+  struct Matrix {
+    const uint8_t* data = nullptr;
+    isa::DType dtype = isa::DType::kF32;
+    int32_t in = 0;
+    int32_t out = 0;
+    size_t row_bytes = 0;
+  };
+  struct Layer {
+    Matrix q, k, v, o, gate, up, down;
+    std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffw_norm;
+    std::vector<float> k_cache, v_cache;  // position-major: [pos][kv_head][dim]
+  };
+
+  HostOracle() = default;
+  void attention_block(int32_t l, std::vector<float>& h);
+  void ffn_block(int32_t l, std::vector<float>& h);
+  void attend(const Layer& layer, bool global, const std::vector<float>& q,
+              std::vector<float>& out) const;
+
+  Gemma3Config config_;
+  Matrix embed_, output_;
+  std::vector<float> output_norm_;
+  std::vector<Layer> layers_;
+  std::vector<float> logits_;
+  int32_t position_ = 0;
+};
+
+// y[r] = dot(row r of w, x) for a stored weight; rows decode one at a time and run in
+// parallel over row ranges. Exposed for tests and other host references.
+void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
+                 const float* x, float* y);
+
+// Greedy decoding: resets `oracle`, feeds `prompt` token by token, then appends the
+// argmax token up to `max_new_tokens` times. With `stop`, a token it calls a stop
+// token ends decoding and is not returned. Returns the new tokens only.
+StatusOr<std::vector<int32_t>> greedy(HostOracle& oracle, const std::vector<int32_t>& prompt,
+                                      int max_new_tokens, const Tokenizer* stop = nullptr);
+
+}  // namespace npurt::models

@@ -1,0 +1,283 @@
+// The host Gemma-3 forward pass: see host_oracle.h.
+#include "npurt/models/host_oracle.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <thread>
+
+#include "npurt/isa/numeric.h"
+
+namespace npurt::models {
+namespace {
+
+// Below this many weights per matvec, starting threads costs more than it saves.
+constexpr uint64_t kParallelWeights = uint64_t{1} << 18;
+
+double dot(const float* a, const float* b, int32_t n) {
+  // Four partial sums: independent chains the compiler can overlap.
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += double(a[i]) * b[i];
+    s1 += double(a[i + 1]) * b[i + 1];
+    s2 += double(a[i + 2]) * b[i + 2];
+    s3 += double(a[i + 3]) * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += double(a[i]) * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+void matvec_rows(const uint8_t* data, isa::DType dtype, int32_t in, size_t row_bytes,
+                 const float* x, float* y, int32_t begin, int32_t end) {
+  std::vector<float> row(static_cast<size_t>(in));
+  for (int32_t r = begin; r < end; ++r) {
+    isa::to_f32(data + static_cast<size_t>(r) * row_bytes, dtype, row.data(), row.size());
+    y[r] = static_cast<float>(dot(row.data(), x, in));
+  }
+}
+
+// rms(x, w) = x / sqrt(mean(x^2) + eps) * w, in place. The stored Gemma weights
+// already include the "+1", so w is used as is.
+void rms_norm(float* x, int32_t n, const std::vector<float>& w, float eps) {
+  double ss = 0;
+  for (int32_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+  for (int32_t i = 0; i < n; ++i) x[i] = x[i] * scale * w[static_cast<size_t>(i)];
+}
+
+// NeoX RoPE: dimension j rotates with j + d/2 by pos * base^(-2j/d).
+void rope(float* x, int32_t d, int32_t pos, double base) {
+  const int32_t half = d / 2;
+  for (int32_t j = 0; j < half; ++j) {
+    const double theta = pos * std::pow(base, -2.0 * j / d);
+    const double c = std::cos(theta), s = std::sin(theta);
+    const double a = x[j], b = x[j + half];
+    x[j] = static_cast<float>(a * c - b * s);
+    x[j + half] = static_cast<float>(a * s + b * c);
+  }
+}
+
+float gelu_tanh(float z) {
+  const double zd = z;
+  return static_cast<float>(0.5 * zd * (1.0 + std::tanh(0.7978845608 * (zd + 0.044715 * zd * zd * zd))));
+}
+
+std::vector<float> load_vector(const GgufTensor& t) {
+  return isa::to_f32(t.data.subspan(0, isa::dtype_bytes(t.dtype, t.elements())), t.dtype);
+}
+
+}  // namespace
+
+void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
+                 const float* x, float* y) {
+  const size_t row_bytes = isa::dtype_bytes(dtype, static_cast<uint64_t>(in));
+  const uint64_t weights = uint64_t(in) * uint64_t(out);
+  const int32_t hw = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int32_t n_threads = weights < kParallelWeights ? 1 : std::min(hw, out);
+  if (n_threads <= 1) {
+    matvec_rows(data, dtype, in, row_bytes, x, y, 0, out);
+    return;
+  }
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(n_threads - 1));
+  const int32_t chunk = (out + n_threads - 1) / n_threads;
+  for (int32_t t = 1; t < n_threads; ++t) {
+    const int32_t begin = std::min(out, t * chunk), end = std::min(out, begin + chunk);
+    workers.emplace_back(matvec_rows, data, dtype, in, row_bytes, x, y, begin, end);
+  }
+  matvec_rows(data, dtype, in, row_bytes, x, y, 0, std::min(out, chunk));
+  for (std::thread& w : workers) w.join();
+}
+
+StatusOr<HostOracle> HostOracle::load(const GgufFile& file) {
+  HostOracle o;
+  NPURT_ASSIGN_OR_RETURN(o.config_, Gemma3Config::from_gguf(file));
+  NPURT_RETURN_IF_ERROR(validate_gemma3_tensors(file, o.config_));
+
+  // Validation guarantees every tensor below exists with the expected shape.
+  auto matrix = [](const GgufTensor* t) {
+    Matrix m;
+    m.data = t->data.data();
+    m.dtype = t->dtype;
+    m.in = static_cast<int32_t>(t->dims[0]);
+    m.out = static_cast<int32_t>(t->dims[1]);
+    m.row_bytes = isa::dtype_bytes(t->dtype, t->dims[0]);
+    return m;
+  };
+  auto block = [&](int32_t l, const char* what) {
+    return file.tensor(gemma3_block_tensor(l, what));
+  };
+  o.embed_ = matrix(file.tensor("token_embd.weight"));
+  o.output_ = matrix(gemma3_output_weight(file));
+  o.output_norm_ = load_vector(*file.tensor("output_norm.weight"));
+  o.layers_.resize(static_cast<size_t>(o.config_.n_layers));
+  for (int32_t l = 0; l < o.config_.n_layers; ++l) {
+    Layer& L = o.layers_[static_cast<size_t>(l)];
+    L.q = matrix(block(l, "attn_q"));
+    L.k = matrix(block(l, "attn_k"));
+    L.v = matrix(block(l, "attn_v"));
+    L.o = matrix(block(l, "attn_output"));
+    L.gate = matrix(block(l, "ffn_gate"));
+    L.up = matrix(block(l, "ffn_up"));
+    L.down = matrix(block(l, "ffn_down"));
+    L.attn_norm = load_vector(*block(l, "attn_norm"));
+    L.q_norm = load_vector(*block(l, "attn_q_norm"));
+    L.k_norm = load_vector(*block(l, "attn_k_norm"));
+    L.post_attn_norm = load_vector(*block(l, "post_attention_norm"));
+    L.ffn_norm = load_vector(*block(l, "ffn_norm"));
+    L.post_ffw_norm = load_vector(*block(l, "post_ffw_norm"));
+  }
+  o.logits_.resize(static_cast<size_t>(o.config_.vocab));
+  return o;
+}
+
+Status HostOracle::reset() {
+  for (Layer& L : layers_) {
+    L.k_cache.clear();
+    L.v_cache.clear();
+  }
+  position_ = 0;
+  return ok_status();
+}
+
+StatusOr<std::span<const float>> HostOracle::step(int32_t token) {
+  const Gemma3Config& c = config_;
+  if (token < 0 || token >= c.vocab) {
+    return invalid_argument("host oracle: token " + std::to_string(token) +
+                            " is outside the vocabulary of " + std::to_string(c.vocab));
+  }
+  if (position_ >= c.context_length) {
+    return out_of_range("host oracle: position " + std::to_string(position_) +
+                        " is past the context length " + std::to_string(c.context_length));
+  }
+  // Gemma scales the embedding by sqrt(hidden), rounded to f32 first.
+  std::vector<float> h(static_cast<size_t>(c.hidden));
+  isa::to_f32(embed_.data + static_cast<size_t>(token) * embed_.row_bytes, embed_.dtype, h.data(),
+              h.size());
+  const float embed_scale = static_cast<float>(std::sqrt(double(c.hidden)));
+  for (float& v : h) v *= embed_scale;
+
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    attention_block(l, h);
+    ffn_block(l, h);
+  }
+  rms_norm(h.data(), c.hidden, output_norm_, c.rms_eps);
+  host_matvec(output_.data, output_.dtype, output_.in, output_.out, h.data(), logits_.data());
+  ++position_;
+  return std::span<const float>(logits_);
+}
+
+void HostOracle::attention_block(int32_t l, std::vector<float>& h) {
+  const Gemma3Config& c = config_;
+  Layer& L = layers_[static_cast<size_t>(l)];
+  std::vector<float> x = h;
+  rms_norm(x.data(), c.hidden, L.attn_norm, c.rms_eps);
+
+  std::vector<float> q(static_cast<size_t>(L.q.out)), k(static_cast<size_t>(L.k.out)),
+      v(static_cast<size_t>(L.v.out));
+  host_matvec(L.q.data, L.q.dtype, L.q.in, L.q.out, x.data(), q.data());
+  host_matvec(L.k.data, L.k.dtype, L.k.in, L.k.out, x.data(), k.data());
+  host_matvec(L.v.data, L.v.dtype, L.v.in, L.v.out, x.data(), v.data());
+
+  const double base = c.rope_base(l);
+  const float q_scale = static_cast<float>(1.0 / std::sqrt(double(c.head_dim)));
+  for (int32_t hd = 0; hd < c.n_heads; ++hd) {
+    float* qh = q.data() + static_cast<size_t>(hd) * c.head_dim;
+    rms_norm(qh, c.head_dim, L.q_norm, c.rms_eps);
+    rope(qh, c.head_dim, position_, base);
+    for (int32_t i = 0; i < c.head_dim; ++i) qh[i] *= q_scale;
+  }
+  for (int32_t hd = 0; hd < c.n_kv_heads; ++hd) {
+    float* kh = k.data() + static_cast<size_t>(hd) * c.head_dim;
+    rms_norm(kh, c.head_dim, L.k_norm, c.rms_eps);
+    rope(kh, c.head_dim, position_, base);
+  }
+  L.k_cache.insert(L.k_cache.end(), k.begin(), k.end());
+  L.v_cache.insert(L.v_cache.end(), v.begin(), v.end());
+
+  std::vector<float> heads(static_cast<size_t>(L.o.in));
+  attend(L, c.is_global(l), q, heads);
+  std::vector<float> a(static_cast<size_t>(c.hidden));
+  host_matvec(L.o.data, L.o.dtype, L.o.in, L.o.out, heads.data(), a.data());
+  rms_norm(a.data(), c.hidden, L.post_attn_norm, c.rms_eps);
+  for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
+}
+
+// Causal attention of the current position over the cache; local layers see only
+// the last sliding_window positions. Query head hd reads KV head hd / group.
+void HostOracle::attend(const Layer& L, bool global, const std::vector<float>& q,
+                        std::vector<float>& out) const {
+  const Gemma3Config& c = config_;
+  const int32_t p = position_;
+  const int32_t first = global ? 0 : std::max(0, p - c.sliding_window + 1);
+  const size_t k_stride = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
+  const size_t v_stride = static_cast<size_t>(c.n_kv_heads) * c.value_dim;
+  std::vector<float> scores(static_cast<size_t>(p - first + 1));
+  for (int32_t hd = 0; hd < c.n_heads; ++hd) {
+    const int32_t kv = hd / c.group();
+    const float* qh = q.data() + static_cast<size_t>(hd) * c.head_dim;
+    float max_score = -INFINITY;
+    for (int32_t t = first; t <= p; ++t) {
+      const float* kt = L.k_cache.data() + t * k_stride + static_cast<size_t>(kv) * c.head_dim;
+      const float s = static_cast<float>(dot(qh, kt, c.head_dim));
+      scores[static_cast<size_t>(t - first)] = s;
+      max_score = std::max(max_score, s);
+    }
+    double sum = 0;
+    for (float& s : scores) {
+      s = std::exp(s - max_score);
+      sum += s;
+    }
+    float* oh = out.data() + static_cast<size_t>(hd) * c.value_dim;
+    std::vector<double> acc(static_cast<size_t>(c.value_dim), 0.0);
+    for (int32_t t = first; t <= p; ++t) {
+      const double w = scores[static_cast<size_t>(t - first)] / sum;
+      const float* vt = L.v_cache.data() + t * v_stride + static_cast<size_t>(kv) * c.value_dim;
+      for (int32_t i = 0; i < c.value_dim; ++i) acc[static_cast<size_t>(i)] += w * vt[i];
+    }
+    for (int32_t i = 0; i < c.value_dim; ++i) oh[i] = static_cast<float>(acc[static_cast<size_t>(i)]);
+  }
+}
+
+void HostOracle::ffn_block(int32_t l, std::vector<float>& h) {
+  const Gemma3Config& c = config_;
+  Layer& L = layers_[static_cast<size_t>(l)];
+  std::vector<float> x = h;
+  rms_norm(x.data(), c.hidden, L.ffn_norm, c.rms_eps);
+  std::vector<float> g(static_cast<size_t>(c.ffn)), u(static_cast<size_t>(c.ffn));
+  host_matvec(L.gate.data, L.gate.dtype, L.gate.in, L.gate.out, x.data(), g.data());
+  host_matvec(L.up.data, L.up.dtype, L.up.in, L.up.out, x.data(), u.data());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = gelu_tanh(g[i]) * u[i];
+  std::vector<float> f(static_cast<size_t>(c.hidden));
+  host_matvec(L.down.data, L.down.dtype, L.down.in, L.down.out, g.data(), f.data());
+  rms_norm(f.data(), c.hidden, L.post_ffw_norm, c.rms_eps);
+  for (size_t i = 0; i < h.size(); ++i) h[i] += f[i];
+}
+
+StatusOr<std::vector<int32_t>> greedy(HostOracle& oracle, const std::vector<int32_t>& prompt,
+                                      int max_new_tokens, const Tokenizer* stop) {
+  if (prompt.empty()) return invalid_argument("greedy: the prompt is empty");
+  if (max_new_tokens < 0) {
+    return invalid_argument("greedy: max_new_tokens " + std::to_string(max_new_tokens) +
+                            " is negative");
+  }
+  NPURT_RETURN_IF_ERROR(oracle.reset());
+  std::span<const float> logits;
+  for (int32_t tok : prompt) {
+    NPURT_ASSIGN_OR_RETURN(logits, oracle.step(tok));
+  }
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_new_tokens; ++i) {
+    // Ties go to the lowest id, matching a first-max argmax.
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                              logits.begin());
+    if (stop != nullptr && stop->is_stop(next)) break;
+    out.push_back(next);
+    if (i + 1 == max_new_tokens) break;  // the last token needs no forward pass
+    NPURT_ASSIGN_OR_RETURN(logits, oracle.step(next));
+  }
+  return out;
+}
+
+}  // namespace npurt::models
