@@ -54,10 +54,7 @@ StatusOr<uint32_t> Argmax::emit(EmitContext& ctx) const {
   // best row and the result.
   const uint64_t max_at = 4 * rows_per_load * chunk, pos_at = max_at + 4 * rows, best_at = pos_at + 4 * rows;
   const uint64_t local = best_at + 8;
-  if (local > target.local_bytes) {
-    return invalid_param(kOp, "chunk", "needs " + std::to_string(local) + " bytes of local memory, the target has " +
-                                           std::to_string(target.local_bytes));
-  }
+  NPURT_RETURN_IF_ERROR(local_fits(kOp, "chunk", local, target));
   const int chunk_cols = static_cast<int>(chunk), nrows = static_cast<int>(rows);
 
   isa::KernelBuilder& b = ctx.builder;

@@ -23,12 +23,6 @@ std::string dtypes(DType src, DType dst) {
   return std::string(isa::dtype_name(src)) + (src == dst ? "" : "->" + std::string(isa::dtype_name(dst)));
 }
 
-Status local_fits(std::string_view op, std::string_view param, uint64_t bytes, const Target& target) {
-  if (bytes <= target.local_bytes) return Status();
-  return invalid_param(op, param, "needs " + std::to_string(bytes) + " bytes of local memory, the target has " +
-                                      std::to_string(target.local_bytes));
-}
-
 }  // namespace
 
 // ---- Copy ----

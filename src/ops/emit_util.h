@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "npurt/isa/builder.h"
+#include "npurt/ops/operator.h"
 
 namespace npurt::ops {
 
@@ -30,5 +33,13 @@ inline uint32_t grid_for(uint64_t chunks, uint32_t cores) {
 }
 
 inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// kOk when `bytes` of tiles fit the target's local memory; otherwise the error every
+// operator gives, naming the parameter that sized them.
+inline Status local_fits(std::string_view op, std::string_view param, uint64_t bytes, const Target& target) {
+  if (bytes <= target.local_bytes) return Status();
+  return invalid_param(op, param, "needs " + std::to_string(bytes) + " bytes of local memory, the target has " +
+                                      std::to_string(target.local_bytes));
+}
 
 }  // namespace npurt::ops

@@ -64,11 +64,7 @@ uint64_t RmsNorm::rows_per_tile(const Target& target) const {
 StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
   const Target& target = ctx.target;
   const uint64_t rpt = rows_per_tile(target);
-  if (local_bytes(rpt) > target.local_bytes) {
-    return invalid_param(kOp, p_.rows_per_tile ? "rows_per_tile" : "dim",
-                         "needs " + std::to_string(local_bytes(rpt)) + " bytes of local memory, the target has " +
-                             std::to_string(target.local_bytes));
-  }
+  NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.rows_per_tile ? "rows_per_tile" : "dim", local_bytes(rpt), target));
   const uint64_t chunks = ceil_div(p_.rows, rpt);
   const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
   const int64_t row_bytes = static_cast<int64_t>(p_.dim * isa::dtype_size(p_.dtype));

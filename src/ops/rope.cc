@@ -63,11 +63,7 @@ uint64_t Rope::heads_per_tile() const {
 StatusOr<uint32_t> Rope::emit(EmitContext& ctx) const {
   const Target& target = ctx.target;
   const uint64_t hpt = heads_per_tile();
-  if (local_bytes(hpt) > target.local_bytes) {
-    return invalid_param(kOp, p_.heads_per_tile ? "heads_per_tile" : "head_dim",
-                         "needs " + std::to_string(local_bytes(hpt)) + " bytes of local memory, the target has " +
-                             std::to_string(target.local_bytes));
-  }
+  NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.heads_per_tile ? "heads_per_tile" : "head_dim", local_bytes(hpt), target));
   const uint64_t chunks = ceil_div(p_.n_heads, hpt);
   const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
   const uint32_t rot = rotary_dim(), half = rot / 2, tail = p_.head_dim - rot;

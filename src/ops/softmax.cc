@@ -117,11 +117,7 @@ void emit_masked_rows(isa::KernelBuilder& b, int64_t cols, int64_t offset, int64
 StatusOr<uint32_t> Softmax::emit(EmitContext& ctx) const {
   const Target& target = ctx.target;
   const uint64_t rpt = rows_per_tile(target);
-  if (local_bytes(rpt) > target.local_bytes) {
-    return invalid_param(kOp, p_.rows_per_tile ? "rows_per_tile" : "cols",
-                         "needs " + std::to_string(local_bytes(rpt)) + " bytes of local memory, the target has " +
-                             std::to_string(target.local_bytes));
-  }
+  NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.rows_per_tile ? "rows_per_tile" : "cols", local_bytes(rpt), target));
   const uint64_t chunks = ceil_div(p_.rows, rpt);
   const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
   const int64_t cols = p_.cols;

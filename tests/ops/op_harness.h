@@ -152,6 +152,24 @@ class OpHarness {
   uint32_t grid_ = 0;
 };
 
+// One compiled operator resident on a fresh simulated device, its stream created after
+// the upload: for tests that bind the arguments themselves (in-place runs, say).
+struct LoadedOp {
+  std::unique_ptr<hal::Device> dev;
+  ops::Kernel kernel;
+  hal::DeviceAddr code = 0;
+  hal::StreamId stream = 0;
+};
+
+inline StatusOr<LoadedOp> load_op(const ops::Operator& op) {
+  NPURT_ASSIGN_OR_RETURN(std::unique_ptr<hal::Device> dev, hal::create_sim_device());
+  NPURT_ASSIGN_OR_RETURN(ops::Kernel kernel, op.compile(ops::Target::of(dev->info())));
+  NPURT_ASSIGN_OR_RETURN(hal::DeviceAddr code, dev->allocate(kernel.image.bytes().size()));
+  NPURT_RETURN_IF_ERROR(dev->upload_code(code, kernel.image));
+  NPURT_ASSIGN_OR_RETURN(hal::StreamId stream, dev->create_stream());
+  return LoadedOp{std::move(dev), std::move(kernel), code, stream};
+}
+
 inline bool message_has(const Status& s, std::string_view text) {
   return s.message().find(text) != std::string::npos;
 }

@@ -71,30 +71,24 @@ TEST(RmsNorm, InPlace) {
   OpHarness h(op, 11);
   ASSERT_TRUE(h.run().ok());
 
-  auto dev = hal::create_sim_device();
-  ASSERT_TRUE(dev.ok());
-  hal::Device& d = **dev;
-  auto k = op.compile(Target::of(d.info()));
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  auto code = d.allocate(k->image.bytes().size());
-  ASSERT_TRUE(code.ok());
-  ASSERT_TRUE(d.upload_code(*code, k->image).ok());
-  auto s = d.create_stream();
-  ASSERT_TRUE(s.ok());
+  auto loaded = testing::load_op(op);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  hal::Device& d = *loaded->dev;
+  const hal::StreamId s = loaded->stream;
   const testing::Bytes& x = h.input_bytes("x");
   const testing::Bytes& w = h.input_bytes("w");
   auto xa = d.allocate(x.size());
   auto wa = d.allocate(w.size());
   ASSERT_TRUE(xa.ok() && wa.ok());
-  ASSERT_TRUE(d.copy_to_device(*s, *xa, x.data(), x.size()).ok());
-  ASSERT_TRUE(d.copy_to_device(*s, *wa, w.data(), w.size()).ok());
-  hal::LaunchParams p{*code, k->grid,
+  ASSERT_TRUE(d.copy_to_device(s, *xa, x.data(), x.size()).ok());
+  ASSERT_TRUE(d.copy_to_device(s, *wa, w.data(), w.size()).ok());
+  hal::LaunchParams p{loaded->code, loaded->kernel.grid,
                       {hal::KernelArg::buffer(*xa, x.size()), hal::KernelArg::buffer(*wa, w.size()),
                        hal::KernelArg::buffer(*xa, x.size())}};
-  ASSERT_TRUE(d.launch(*s, p).ok());
+  ASSERT_TRUE(d.launch(s, p).ok());
   testing::Bytes got(x.size());
-  ASSERT_TRUE(d.copy_to_host(*s, got.data(), *xa, got.size()).ok());
-  ASSERT_TRUE(d.stream_synchronize(*s).ok());
+  ASSERT_TRUE(d.copy_to_host(s, got.data(), *xa, got.size()).ok());
+  ASSERT_TRUE(d.stream_synchronize(s).ok());
   EXPECT_EQ(got, h.device_bytes("out"));  // bit-identical to the run with separate buffers
   EXPECT_LE(h.rel_l2("out"), 1e-5);
 }

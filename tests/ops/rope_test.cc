@@ -149,16 +149,10 @@ TEST(Rope, SignatureTakesPositionAndBaseAtRunTime) {
 // same buffer as x: each result is bit-identical to a separate-buffer run.
 TEST(Rope, OneKernelManyPositionsInPlace) {
   Rope op({.n_heads = 7, .head_dim = 64, .rotary_dim = 48, .heads_per_tile = 2, .cores = 3});
-  auto dev = hal::create_sim_device();
-  ASSERT_TRUE(dev.ok());
-  hal::Device& d = **dev;
-  auto k = op.compile(Target::of(d.info()));
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  auto code = d.allocate(k->image.bytes().size());
-  ASSERT_TRUE(code.ok());
-  ASSERT_TRUE(d.upload_code(*code, k->image).ok());
-  auto s = d.create_stream();
-  ASSERT_TRUE(s.ok());
+  auto loaded = testing::load_op(op);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  hal::Device& d = *loaded->dev;
+  const hal::StreamId s = loaded->stream;
   struct Step {
     int64_t pos;
     float base;
@@ -171,14 +165,14 @@ TEST(Rope, OneKernelManyPositionsInPlace) {
     const testing::Bytes& x = h.input_bytes("x");
     auto xa = d.allocate(x.size());
     ASSERT_TRUE(xa.ok());
-    ASSERT_TRUE(d.copy_to_device(*s, *xa, x.data(), x.size()).ok());
-    hal::LaunchParams p{*code, k->grid,
+    ASSERT_TRUE(d.copy_to_device(s, *xa, x.data(), x.size()).ok());
+    hal::LaunchParams p{loaded->code, loaded->kernel.grid,
                         {hal::KernelArg::buffer(*xa, x.size()), hal::KernelArg::buffer(*xa, x.size()),
                          hal::KernelArg::scalar_i64(step.pos), hal::KernelArg::scalar_f32(step.base)}};
-    ASSERT_TRUE(d.launch(*s, p).ok());
+    ASSERT_TRUE(d.launch(s, p).ok());
     testing::Bytes got(x.size());
-    ASSERT_TRUE(d.copy_to_host(*s, got.data(), *xa, got.size()).ok());
-    ASSERT_TRUE(d.stream_synchronize(*s).ok());
+    ASSERT_TRUE(d.copy_to_host(s, got.data(), *xa, got.size()).ok());
+    ASSERT_TRUE(d.stream_synchronize(s).ok());
     EXPECT_EQ(got, h.device_bytes("out")) << "pos " << step.pos;
     EXPECT_LE(h.rel_l2("out"), tolerance(step.pos)) << "pos " << step.pos;
     ASSERT_TRUE(d.free(*xa).ok());
