@@ -1,10 +1,11 @@
-// The npurt command: `npurt demo`, `npurt disasm FILE`, `npurt info MODEL`.
+// The npurt command: `npurt generate`, `npurt demo`, `npurt disasm FILE`, `npurt info MODEL`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 
+#include "cli/generate.h"
 #include "npurt/isa/disasm.h"
 
 namespace npurt::cli {
@@ -48,11 +49,28 @@ int main(int argc, char** argv) {
   auto* disasm = app.add_subcommand("disasm", "verify a kernel image file and print its disassembly");
   disasm->add_option("FILE", file, "image file")->required();
 
+  npurt::cli::GenerateArgs gen;
+  auto* generate = app.add_subcommand("generate", "greedy text generation with Gemma-3 from a GGUF file, "
+                                                  "streamed as it is produced");
+  generate->add_option("--model", gen.model, "GGUF file (default: $NPURT_MODEL, else " +
+                                                 npurt::cli::default_model_path() + ")");
+  generate->add_option("--prompt", gen.prompt, "text to continue")->capture_default_str();
+  generate->add_option("--max-tokens", gen.max_tokens, "tokens to generate at most")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  generate->add_option("--device", gen.device, "sim (the simulated NPU) or host (the f32 host oracle)")
+      ->check(CLI::IsMember({"sim", "host"}))
+      ->capture_default_str();
+  generate->add_option("--cores", gen.cores, "logical cores of the simulated NPU")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+
   std::string model;
   auto* info = app.add_subcommand("info", "print a GGUF model file's header, metadata and tensor table");
   info->add_option("MODEL", model, "GGUF file")->required();
 
   CLI11_PARSE(app, argc, argv);
+  if (generate->parsed()) return npurt::cli::run_generate(gen);
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
   if (disasm->parsed()) return disasm_file(file);
   if (info->parsed()) return npurt::cli::run_info(model);

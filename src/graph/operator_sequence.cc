@@ -308,6 +308,28 @@ StatusOr<isa::Image> prime_image() {
   return b.build();
 }
 
+// The fused kernels of a sequence as step ranges [first, last): consecutive steps
+// are packed greedily while the distinct bindings of a range fit one kernel's
+// arguments, so a sequence of up to kMaxArgs bindings is one launch and a longer one
+// (a whole model step) is as few launches as the argument limit allows.
+std::vector<std::pair<size_t, size_t>> fused_segments(const std::vector<SequenceStep>& steps) {
+  std::vector<std::pair<size_t, size_t>> segments;
+  std::set<std::string_view> bound;
+  size_t first = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::set<std::string_view> with = bound;
+    with.insert(steps[i].bindings.begin(), steps[i].bindings.end());
+    if (with.size() > static_cast<size_t>(isa::kMaxArgs) && i > first) {
+      segments.emplace_back(first, i);
+      first = i;
+      with = std::set<std::string_view>(steps[i].bindings.begin(), steps[i].bindings.end());
+    }
+    bound = std::move(with);
+  }
+  if (first < steps.size()) segments.emplace_back(first, steps.size());
+  return segments;
+}
+
 // Code of one fused step: runs on blocks [0, grid) of the launch, with registers
 // cleared as at a block's start, then waits for every block.
 Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, uint32_t* grid) {
@@ -372,47 +394,45 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
       seq->kernels_.push_back(std::move(ck));
     }
   } else {
-    // One argument per distinct binding, with the union of its accesses.
-    std::vector<CompiledSequence::KernelArgBinding> args;
-    std::map<std::string, size_t> index;
-    for (const SequenceStep& st : steps_) {
-      const auto sig = st.op->signature();
-      for (size_t a = 0; a < sig.size(); ++a) {
-        auto [it, fresh] = index.emplace(st.bindings[a], args.size());
-        if (fresh) {
-          args.push_back({sig[a].is_scalar(), st.bindings[a], sig[a].dtype, sig[a].access});
-        } else if (!sig[a].is_scalar()) {
-          args[it->second].access = merge(args[it->second].access, sig[a].access);
+    for (const auto& [first, last] : fused_segments(steps_)) {
+      // One argument per distinct binding of the segment, with the union of its accesses.
+      std::vector<CompiledSequence::KernelArgBinding> args;
+      std::map<std::string, size_t> index;
+      for (size_t i = first; i < last; ++i) {
+        const auto sig = steps_[i].op->signature();
+        for (size_t a = 0; a < sig.size(); ++a) {
+          auto [it, fresh] = index.emplace(steps_[i].bindings[a], args.size());
+          if (fresh) {
+            args.push_back({sig[a].is_scalar(), steps_[i].bindings[a], sig[a].dtype, sig[a].access});
+          } else if (!sig[a].is_scalar()) {
+            args[it->second].access = merge(args[it->second].access, sig[a].access);
+          }
         }
       }
-    }
-    if (args.size() > static_cast<size_t>(isa::kMaxArgs)) {
-      return Status(StatusCode::kInvalidArgument, name_ + ": " + std::to_string(args.size()) +
-                                                      " distinct bindings, more than a kernel's " +
-                                                      std::to_string(isa::kMaxArgs) + " arguments");
-    }
-    isa::KernelBuilder b(name_);
-    std::vector<uint8_t> arg_index;
-    for (const auto& a : args) {
-      arg_index.push_back(a.scalar ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
-    }
-    uint32_t grid = 1;
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      const SequenceStep& st = steps_[i];
-      ops::EmitContext ctx{b, target, st.op->signature(), {}};
-      for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
-      uint32_t step_grid = 0;
-      NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, &step_grid).with_context(step_label(i, *st.op)));
-      if (step_grid > target.cores) {
-        return step_error(i, *st.op, "needs " + std::to_string(step_grid) + " blocks; a fused sequence runs on " +
-                                         std::to_string(target.cores) + " cores at most");
+      const std::string kernel_name = last - first == steps_.size() ? name_ : name_ + "." + std::to_string(first);
+      isa::KernelBuilder b(kernel_name);
+      std::vector<uint8_t> arg_index;
+      for (const auto& a : args) {
+        arg_index.push_back(a.scalar ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
       }
-      grid = std::max(grid, step_grid);
+      uint32_t grid = 1;
+      for (size_t i = first; i < last; ++i) {
+        const SequenceStep& st = steps_[i];
+        ops::EmitContext ctx{b, target, st.op->signature(), {}};
+        for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
+        uint32_t step_grid = 0;
+        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, &step_grid).with_context(step_label(i, *st.op)));
+        if (step_grid > target.cores) {
+          return step_error(i, *st.op, "needs " + std::to_string(step_grid) + " blocks; a fused sequence runs on " +
+                                           std::to_string(target.cores) + " cores at most");
+        }
+        grid = std::max(grid, step_grid);
+      }
+      b.exit();
+      StatusOr<isa::Image> image = b.build(target.local_bytes);
+      if (!image.ok()) return image.status().with_context("fusing " + kernel_name);
+      seq->kernels_.push_back({std::move(image).value(), grid, {}, std::move(args)});
     }
-    b.exit();
-    StatusOr<isa::Image> image = b.build(target.local_bytes);
-    if (!image.ok()) return image.status().with_context("fusing " + name_);
-    seq->kernels_.push_back({std::move(image).value(), grid, {}, std::move(args)});
   }
   NPURT_ASSIGN_OR_RETURN(isa::Image prime, prime_image());
   NPURT_ASSIGN_OR_RETURN(seq->prime_, registry.register_image(prime));

@@ -100,6 +100,8 @@ StatusOr<Gemma3Config> Gemma3Config::from_gguf(const GgufFile& f) {
   NPURT_ASSIGN_OR_RETURN(c.rms_eps, f.get_float("gemma3.attention.layer_norm_rms_epsilon"));
   NPURT_ASSIGN_OR_RETURN(float base, f.get_float("gemma3.rope.freq_base"));
   c.rope_base_global = base;
+  NPURT_ASSIGN_OR_RETURN(c.global_period,
+                         read_dim_or(f, "gemma3.attention.sliding_window_pattern", Gemma3Config::kGlobalLayerPeriod));
 
   if (c.head_dim <= 0 || c.value_dim <= 0) {
     return invalid_argument("gemma3: head size is 0 (no key_length/value_length and "

@@ -255,29 +255,16 @@ void HostOracle::ffn_block(int32_t l, std::vector<float>& h) {
   for (size_t i = 0; i < h.size(); ++i) h[i] += f[i];
 }
 
+StatusOr<int32_t> HostTokenModel::step(int32_t token) {
+  NPURT_ASSIGN_OR_RETURN(std::span<const float> logits, oracle_.step(token));
+  // Ties go to the lowest id, as the device's first-max argmax does.
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
 StatusOr<std::vector<int32_t>> greedy(HostOracle& oracle, const std::vector<int32_t>& prompt,
                                       int max_new_tokens, const Tokenizer* stop) {
-  if (prompt.empty()) return invalid_argument("greedy: the prompt is empty");
-  if (max_new_tokens < 0) {
-    return invalid_argument("greedy: max_new_tokens " + std::to_string(max_new_tokens) +
-                            " is negative");
-  }
-  NPURT_RETURN_IF_ERROR(oracle.reset());
-  std::span<const float> logits;
-  for (int32_t tok : prompt) {
-    NPURT_ASSIGN_OR_RETURN(logits, oracle.step(tok));
-  }
-  std::vector<int32_t> out;
-  for (int i = 0; i < max_new_tokens; ++i) {
-    // Ties go to the lowest id, matching a first-max argmax.
-    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                              logits.begin());
-    if (stop != nullptr && stop->is_stop(next)) break;
-    out.push_back(next);
-    if (i + 1 == max_new_tokens) break;  // the last token needs no forward pass
-    NPURT_ASSIGN_OR_RETURN(logits, oracle.step(next));
-  }
-  return out;
+  HostTokenModel model(oracle);
+  return generate(model, prompt, max_new_tokens, stop);
 }
 
 }  // namespace npurt::models

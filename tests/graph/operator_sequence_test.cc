@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/rel_l2.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -44,15 +46,7 @@ T value_or_die(StatusOr<T> v) {
   return std::move(v).value();
 }
 
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = double(got[i]) - want[i];
-    num += d * d;
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using testing::rel_l2;
 
 // A device, its memory context and code registry, with the context's policy chosen
 // by the test (the naive one shows the stale-data tests can fail).
@@ -418,6 +412,43 @@ TEST(OperatorSequence, SlicesAddressPartsOfABuffer) {
   ASSERT_OK(s.run_reference(host));
   EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
   EXPECT_EQ(value_or_die(seq.get_buffer("kv[256:512]")).size(), 256u * 4);
+}
+
+// More distinct bindings than a kernel has arguments: a chain of 40 adds, each with
+// its own addend, fuses into as few kernels as the 32-argument limit allows and
+// computes what the separate launches and the host reference compute.
+OperatorSequence long_chain(Dispatch d) {
+  constexpr uint64_t kN = 300;
+  auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = kN});
+  std::vector<SequenceStep> steps;
+  std::vector<std::string> inputs{"h"};
+  std::map<std::string, uint64_t> sizes{{"h", kN}};
+  for (int i = 0; i < 40; ++i) {
+    const std::string w = "w" + std::to_string(i);
+    inputs.push_back(w);
+    sizes[w] = kN;
+    steps.push_back({add, {"h", w, "h"}});
+  }
+  return OperatorSequence("chain", std::move(steps), {}, {}, sizes, d);
+}
+
+TEST(OperatorSequence, LongFusedSequenceSplitsAtTheArgumentLimit) {
+  std::vector<uint8_t> results[2];
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig;
+    const OperatorSequence s = long_chain(d);
+    CompiledSequence& seq = rig.compile(s);
+    // 41 distinct buffers: 31 fit the first kernel with "h", the other 10 the second.
+    EXPECT_EQ(seq.launches_per_call(), d == Dispatch::kFused ? 2u : 40u);
+    HostBuffers host{{"h", random_for(DType::kF32, 300, 60)}};
+    for (int i = 0; i < 40; ++i) host["w" + std::to_string(i)] = random_for(DType::kF32, 300, 61 + i);
+    for (const auto& [name, bytes] : host) rig.write_raw(seq, name, bytes);
+    ASSERT_OK(seq.call());
+    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "h");
+    ASSERT_OK(s.run_reference(host));
+    EXPECT_LT(rel_l2(as_f32(results[d == Dispatch::kFused ? 0 : 1], DType::kF32), as_f32(host["h"], DType::kF32)), 1e-6);
+  }
+  EXPECT_EQ(results[0], results[1]);
 }
 
 // ---- in place -----------------------------------------------------------------

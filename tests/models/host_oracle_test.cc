@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "models/gguf_writer.h"
+#include "models/synthetic_gemma3.h"
 #include "npurt/models/gemma3_config.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/tokenizer.h"
@@ -29,60 +30,7 @@ namespace {
 constexpr uint64_t kLayers = 2, kHidden = 64, kFfn = 128, kHeads = 2, kKvHeads = 1,
                    kHeadDim = 32, kVocab = 300;
 
-struct SyntheticOptions {
-  uint32_t sliding_window = 4096;
-  std::string omit;                                    // a tensor to leave out
-  std::map<std::string, std::vector<uint64_t>> shape;  // tensors with a different shape
-};
-
-// A tiny Gemma-3: random weights scaled by 1/sqrt(in), norm weights near 1.
-std::vector<uint8_t> synthetic_gemma3(const SyntheticOptions& opt = {}) {
-  GgufWriter w;
-  w.kv_str("general.architecture", "gemma3");
-  w.kv_u32("gemma3.block_count", kLayers);
-  w.kv_u32("gemma3.embedding_length", kHidden);
-  w.kv_u32("gemma3.feed_forward_length", kFfn);
-  w.kv_u32("gemma3.attention.head_count", kHeads);
-  w.kv_u32("gemma3.attention.head_count_kv", kKvHeads);
-  w.kv_u32("gemma3.attention.key_length", kHeadDim);
-  w.kv_u32("gemma3.attention.value_length", kHeadDim);
-  w.kv_u32("gemma3.attention.sliding_window", opt.sliding_window);
-  w.kv_u32("gemma3.context_length", 64);
-  w.kv_f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
-  w.kv_f32("gemma3.rope.freq_base", 1e6f);
-
-  std::mt19937 rng(1234);
-  auto add = [&](const std::string& name, std::vector<uint64_t> dims, bool norm) {
-    if (name == opt.omit) return;
-    if (auto it = opt.shape.find(name); it != opt.shape.end()) dims = it->second;
-    uint64_t n = 1;
-    for (uint64_t d : dims) n *= d;
-    const float scale = norm ? 0.1f : 1.0f / std::sqrt(static_cast<float>(dims[0]));
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = (norm ? 1.0f : 0.0f) + scale * u(rng);
-    w.tensor_f32(name, dims, v);
-  };
-  add("token_embd.weight", {kHidden, kVocab}, false);
-  add("output_norm.weight", {kHidden}, true);
-  for (int32_t l = 0; l < static_cast<int32_t>(kLayers); ++l) {
-    auto b = [&](const char* what) { return gemma3_block_tensor(l, what); };
-    add(b("attn_norm"), {kHidden}, true);
-    add(b("attn_q"), {kHidden, kHeads * kHeadDim}, false);
-    add(b("attn_k"), {kHidden, kKvHeads * kHeadDim}, false);
-    add(b("attn_v"), {kHidden, kKvHeads * kHeadDim}, false);
-    add(b("attn_q_norm"), {kHeadDim}, true);
-    add(b("attn_k_norm"), {kHeadDim}, true);
-    add(b("attn_output"), {kHeads * kHeadDim, kHidden}, false);
-    add(b("post_attention_norm"), {kHidden}, true);
-    add(b("ffn_norm"), {kHidden}, true);
-    add(b("ffn_gate"), {kHidden, kFfn}, false);
-    add(b("ffn_up"), {kHidden, kFfn}, false);
-    add(b("ffn_down"), {kFfn, kHidden}, false);
-    add(b("post_ffw_norm"), {kHidden}, true);
-  }
-  return w.bytes();
-}
+using SyntheticOptions = SyntheticGemma3;
 
 // Bytes and the file that views them, kept together.
 struct Model {
@@ -254,7 +202,13 @@ TEST(HostOracleTest, RejectsBadInput) {
   EXPECT_EQ(o->step(1).status().code(), StatusCode::kOutOfRange);
 }
 
-TEST(HostOracleTest, RealModelAnswersParis) {
+// The real file against an independent runtime: llama.cpp (llama-cpp-python 0.3.36,
+// CPU) on the same file (SHA-256 a5fd3b62...6818) ranks the next token after "The
+// capital of France is" as below and decodes the greedy tokens below. Its quantized
+// matmuls round activations to 8 bits, so logits agree to about 0.1, not exactly.
+// (The model spec expects " Paris" (9079) first; on this file both runtimes rank it
+// third: see docs/models.md.)
+TEST(HostOracleTest, RealModelMatchesLlamaCpp) {
   const char* path = std::getenv("NPURT_MODEL");
   if (path == nullptr || !std::filesystem::is_regular_file(path)) {
     GTEST_SKIP() << "set NPURT_MODEL to a Gemma-3-270M GGUF file to run this test";
@@ -270,17 +224,29 @@ TEST(HostOracleTest, RealModelAnswersParis) {
   ASSERT_TRUE(prompt.ok()) << prompt.status().to_string();
   EXPECT_EQ(*prompt, (std::vector<int32_t>{2, 818, 5279, 529, 7001, 563}));
 
+  const std::vector<float> logits = run(*oracle, *prompt);
+  ASSERT_EQ(logits.size(), 262144u);
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + 5, order.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  const int32_t want_ids[5] = {506, 496, 9079, 886, 3224};  // " the" " a" " Paris" " one" " known"
+  const float want_logits[5] = {18.9994f, 18.4923f, 18.3238f, 18.1026f, 17.7013f};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(order[i], want_ids[i]) << "rank " << i;
+    EXPECT_NEAR(logits[want_ids[i]], want_logits[i], 0.15f) << "token " << want_ids[i];
+  }
+
   const auto start = std::chrono::steady_clock::now();
-  StatusOr<std::vector<int32_t>> out = greedy(*oracle, *prompt, 1, &*tok);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // llama.cpp's 16 greedy tokens end "... city in France."; the 16th is a near tie
+  // that its 8-bit activations break differently (here " and"), so 15 must agree.
+  StatusOr<std::vector<int32_t>> out = greedy(*oracle, *prompt, 15, &*tok);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  ASSERT_EQ(out->size(), 1u);
-  EXPECT_EQ((*out)[0], 9079);
-  const std::string text = tok->decode(*out);
-  EXPECT_EQ(text, " Paris");
-  std::printf("next token %d '%s'; %.1f ms per token over %zu tokens\n", (*out)[0], text.c_str(),
-              1000.0 * seconds / static_cast<double>(prompt->size()), prompt->size());
+  EXPECT_EQ(*out, (std::vector<int32_t>{506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207,
+                                        528, 7001}));
+  std::printf("greedy: '%s'; %.1f ms per token\n", tok->decode(*out).c_str(),
+              1000.0 * seconds / static_cast<double>(prompt->size() + out->size() - 1));
 }
 
 }  // namespace

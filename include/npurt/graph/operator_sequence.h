@@ -29,7 +29,9 @@
 //
 // Dispatch. kFused compiles every step into one kernel image: each step's code runs
 // on the blocks it needs and a BARRIER separates steps, so a step sees all writes of
-// its predecessors; one launch per call. kSeparate compiles each operator on its own;
+// its predecessors; one launch per call. A sequence with more distinct bindings than
+// a kernel has arguments (isa::kMaxArgs) is cut into runs of consecutive steps, each
+// one fused kernel: as few launches as the limit allows. kSeparate compiles each operator on its own;
 // one launch per step, buffers shared by name. Both give identical bytes.
 //
 // In-place steps. A step may bind an output to exactly the bytes of one of its inputs

@@ -31,14 +31,15 @@ struct Gemma3Config {
   float rms_eps = 1e-6f;       // gemma3.attention.layer_norm_rms_epsilon
   double rope_base_global = 0; // gemma3.rope.freq_base
 
-  // Not stored in the GGUF: Gemma-3 fixes the sliding-window layers' RoPE base at
-  // 10000 and makes every 6th layer (0-based 5, 11, 17, ...) a full-attention one.
+  // Not stored in Gemma-3 GGUF files: the family fixes the sliding-window layers'
+  // RoPE base at 10000 and makes every 6th layer (0-based 5, 11, 17, ...) a
+  // full-attention one. A file may give the period as the u32
+  // gemma3.attention.sliding_window_pattern (small test models do).
   static constexpr double kRopeBaseLocal = 10000.0;
   static constexpr int32_t kGlobalLayerPeriod = 6;
+  int32_t global_period = kGlobalLayerPeriod;
 
-  bool is_global(int32_t layer) const {
-    return layer % kGlobalLayerPeriod == kGlobalLayerPeriod - 1;
-  }
+  bool is_global(int32_t layer) const { return layer % global_period == global_period - 1; }
   double rope_base(int32_t layer) const {
     return is_global(layer) ? rope_base_global : kRopeBaseLocal;
   }

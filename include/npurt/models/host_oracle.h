@@ -19,6 +19,7 @@
 #include "npurt/isa/isa.h"
 #include "npurt/models/gemma3_config.h"
 #include "npurt/models/gguf.h"
+#include "npurt/models/token_model.h"
 #include "npurt/models/tokenizer.h"
 
 namespace npurt::models {
@@ -71,9 +72,19 @@ class HostOracle {
 void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
                  const float* x, float* y);
 
-// Greedy decoding: resets `oracle`, feeds `prompt` token by token, then appends the
-// argmax token up to `max_new_tokens` times. With `stop`, a token it calls a stop
-// token ends decoding and is not returned. Returns the new tokens only.
+// The oracle as a TokenModel: step() returns the argmax of its logits.
+class HostTokenModel final : public TokenModel {
+ public:
+  explicit HostTokenModel(HostOracle& oracle) : oracle_(oracle) {}
+  StatusOr<int32_t> step(int32_t token) override;
+  Status reset() override { return oracle_.reset(); }
+  int32_t position() const override { return oracle_.position(); }
+
+ private:
+  HostOracle& oracle_;
+};
+
+// Greedy decoding with the oracle: generate() over a HostTokenModel.
 StatusOr<std::vector<int32_t>> greedy(HostOracle& oracle, const std::vector<int32_t>& prompt,
                                       int max_new_tokens, const Tokenizer* stop = nullptr);
 

@@ -1,0 +1,141 @@
+// `npurt generate`: greedy text generation with Gemma-3 from a GGUF file, streamed to
+// stdout as tokens are chosen, with load and speed figures on stderr.
+#include "cli/generate.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "npurt/exec/code_registry.h"
+#include "npurt/hal/sim_device.h"
+#include "npurt/memory/memory_context.h"
+#include "npurt/models/gemma3_model.h"
+#include "npurt/models/gguf.h"
+#include "npurt/models/host_oracle.h"
+#include "npurt/models/tokenizer.h"
+
+#ifndef NPURT_DEFAULT_MODEL
+#define NPURT_DEFAULT_MODEL "models/gemma-3-270m-q4_k_m.gguf"
+#endif
+
+namespace npurt::cli {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "npurt generate: %s\n", what.c_str());
+  return 1;
+}
+
+// A one-line bar on stderr, redrawn at each whole percent.
+class ProgressBar {
+ public:
+  void update(uint64_t done, uint64_t total) {
+    const int pct = total == 0 ? 100 : static_cast<int>(100 * done / total);
+    if (pct == last_) return;
+    last_ = pct;
+    constexpr int kWidth = 30;
+    const int filled = pct * kWidth / 100;
+    std::fprintf(stderr, "\rloading weights [%s%s] %3d%% %6.1f / %.1f MB", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), pct, done / 1e6, total / 1e6);
+    if (pct == 100) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  int last_ = -1;
+};
+
+double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0; }
+
+}  // namespace
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("NPURT_MODEL"); env != nullptr && *env != '\0') return env;
+  return NPURT_DEFAULT_MODEL;
+}
+
+int run_generate(const GenerateArgs& args) {
+  if (args.device != "sim" && args.device != "host") {
+    return fail("unknown device '" + args.device + "' (expected sim or host)");
+  }
+  if (args.max_tokens < 0) return fail("--max-tokens must not be negative");
+  const std::string path = args.model.empty() ? default_model_path() : args.model;
+  if (!std::filesystem::is_regular_file(path)) {
+    return fail("no model file at " + path + " (run `make model`, pass --model PATH or set NPURT_MODEL)");
+  }
+  const auto t_open = std::chrono::steady_clock::now();
+  StatusOr<models::GgufFile> file = models::GgufFile::open(path);
+  if (!file.ok()) return fail(path + ": " + file.status().to_string());
+  StatusOr<models::Tokenizer> tok = models::Tokenizer::from_gguf(*file);
+  if (!tok.ok()) return fail(path + ": " + tok.status().to_string());
+  StatusOr<std::vector<int32_t>> prompt = tok->encode(args.prompt);
+  if (!prompt.ok()) return fail(prompt.status().to_string());
+  if (prompt->empty()) return fail("the prompt encodes to no tokens");
+
+  // Whichever backend runs, it is a TokenModel; the device objects outlive it.
+  std::unique_ptr<hal::Device> device;
+  std::unique_ptr<MemoryContext> memory;
+  std::unique_ptr<exec::CodeRegistry> registry;
+  std::unique_ptr<models::Gemma3Model> device_model;
+  std::unique_ptr<models::HostOracle> oracle;
+  std::unique_ptr<models::HostTokenModel> host_model;
+  models::TokenModel* model = nullptr;
+  const uint32_t context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
+  if (args.device == "sim") {
+    hal::SimOptions o;
+    o.num_cores = args.cores;
+    // Weights are at most the file; f32 K and V per position and layer; GM pages
+    // are reserved lazily, so the margin costs nothing.
+    const uint64_t gm = file->bytes().size() + (512ull << 20) + uint64_t{context} * (64u << 10) * 64;
+    o.global_memory_bytes = (gm + 4095) / 4096 * 4096;
+    StatusOr<std::unique_ptr<hal::Device>> d = hal::create_sim_device(o);
+    if (!d.ok()) return fail(d.status().to_string());
+    device = std::move(d).value();
+    StatusOr<std::unique_ptr<MemoryContext>> m = MemoryContext::create(*device);
+    if (!m.ok()) return fail(m.status().to_string());
+    memory = std::move(m).value();
+    registry = std::make_unique<exec::CodeRegistry>(*device);
+    ProgressBar bar;
+    models::Gemma3Options mo;
+    mo.max_context = context;
+    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = models::Gemma3Model::load(
+        *file, *memory, *registry, mo, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
+    device_model = std::move(loaded).value();
+    model = device_model.get();
+  } else {
+    StatusOr<models::HostOracle> o = models::HostOracle::load(*file);
+    if (!o.ok()) return fail(path + ": " + o.status().to_string());
+    oracle = std::make_unique<models::HostOracle>(std::move(o).value());
+    host_model = std::make_unique<models::HostTokenModel>(*oracle);
+    model = host_model.get();
+  }
+  const double load_seconds = seconds_since(t_open);
+
+  std::fputs(args.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  models::GenerateStats stats;
+  StatusOr<std::vector<int32_t>> out = models::generate(
+      *model, *prompt, args.max_tokens, &*tok,
+      [&](int32_t t) {
+        std::fputs(tok->token_text(t).c_str(), stdout);
+        std::fflush(stdout);
+      },
+      &stats);
+  std::fputc('\n', stdout);
+  if (!out.ok()) return fail(out.status().to_string());
+  std::fprintf(stderr, "device %s: load %.2f s; prefill %d tokens, %.1f tokens/s; decode %d tokens, %.1f tokens/s\n",
+               args.device.c_str(), load_seconds, stats.prompt_tokens,
+               per_second(stats.prompt_tokens, stats.prefill_seconds), stats.decode_steps,
+               per_second(stats.decode_steps, stats.decode_seconds));
+  return 0;
+}
+
+}  // namespace npurt::cli

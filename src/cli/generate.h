@@ -1,0 +1,22 @@
+// `npurt generate`: its arguments and entry point.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace npurt::cli {
+
+struct GenerateArgs {
+  std::string model;  // empty: default_model_path()
+  std::string prompt = "The capital of France is";
+  int max_tokens = 32;
+  std::string device = "sim";  // sim (the simulated NPU) or host (the f32 host oracle)
+  uint32_t cores = 8;
+};
+
+// $NPURT_MODEL when set, else where `make model` installs the file.
+std::string default_model_path();
+
+int run_generate(const GenerateArgs& args);
+
+}  // namespace npurt::cli

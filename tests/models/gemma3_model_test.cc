@@ -1,0 +1,265 @@
+// The device Gemma-3 against the host oracle: a tiny synthetic model with every
+// supported weight type (2 layers, one of them global, a sliding window shorter than
+// the run), and the real model when NPURT_MODEL names it.
+#include "npurt/models/gemma3_model.h"
+
+#include <gtest/gtest.h>
+
+#include "common/rel_l2.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/synthetic_gemma3.h"
+#include "npurt/hal/sim_device.h"
+#include "npurt/models/host_oracle.h"
+#include "npurt/models/tokenizer.h"
+
+namespace npurt::models {
+namespace {
+
+using isa::DType;
+
+#define ASSERT_OK(expr)                                      \
+  do {                                                       \
+    const ::npurt::Status s_ = (expr);                       \
+    ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string(); \
+  } while (0)
+
+using testing::rel_l2;
+
+// Dimensions whose GEMV inputs are whole 256-value blocks, so the K types fit; layer
+// 1 of 2 is global (period 2) and the window (8) is shorter than the runs below.
+SyntheticGemma3 typed_model() {
+  SyntheticGemma3 m;
+  m.hidden = 256;
+  m.ffn = 512;
+  m.heads = 2;
+  m.kv_heads = 1;
+  m.head_dim = 128;
+  m.vocab = 300;
+  m.sliding_window = 8;
+  m.global_period = 2;
+  m.context = 128;
+  auto t = [](int l, const char* what) { return gemma3_block_tensor(l, what); };
+  m.dtype = {{"token_embd.weight", DType::kQ8_0},
+             {t(0, "attn_q"), DType::kQ5_0},  {t(0, "attn_k"), DType::kQ4_0},  {t(0, "attn_v"), DType::kF16},
+             {t(0, "attn_output"), DType::kQ4_K}, {t(0, "ffn_gate"), DType::kQ5_K}, {t(0, "ffn_up"), DType::kBF16},
+             {t(0, "ffn_down"), DType::kQ6_K},
+             {t(1, "attn_q"), DType::kF32},   {t(1, "attn_k"), DType::kQ8_0},  {t(1, "attn_v"), DType::kQ5_0},
+             {t(1, "attn_output"), DType::kQ6_K}, {t(1, "ffn_gate"), DType::kQ4_0}, {t(1, "ffn_up"), DType::kQ4_K},
+             {t(1, "ffn_down"), DType::kQ5_K}};
+  return m;
+}
+
+struct Rig {
+  explicit Rig(uint64_t gm_bytes = 256ull << 20) {
+    hal::SimOptions o;
+    o.global_memory_bytes = gm_bytes;
+    dev = std::move(hal::create_sim_device(o)).value();
+    memory = std::move(MemoryContext::create(*dev)).value();
+    registry = std::make_unique<exec::CodeRegistry>(*dev);
+  }
+  ~Rig() {
+    model.reset();
+    memory.reset();
+  }
+  Status load(const GgufFile& file, Gemma3Options o = {}) {
+    StatusOr<std::unique_ptr<Gemma3Model>> m = Gemma3Model::load(file, *memory, *registry, o);
+    if (!m.ok()) return m.status();
+    model = std::move(m).value();
+    return Status();
+  }
+  // NaN into the logits and the next-token output, so a step must write both.
+  void poison() {
+    for (const char* name : {"logits", "next"}) {
+      View v = model->sequence().get_buffer(name).value();
+      WriteGuard g = memory->write(v).value();
+      std::vector<float> nan(g.bytes().size() / 4, std::numeric_limits<float>::quiet_NaN());
+      std::memcpy(g.bytes().data(), nan.data(), g.bytes().size());
+    }
+  }
+  std::unique_ptr<hal::Device> dev;
+  std::unique_ptr<MemoryContext> memory;
+  std::unique_ptr<exec::CodeRegistry> registry;
+  std::unique_ptr<Gemma3Model> model;
+};
+
+struct Parsed {
+  std::vector<uint8_t> bytes;
+  GgufFile file;
+};
+
+Parsed parse(std::vector<uint8_t> bytes) {
+  GgufFile f = std::move(GgufFile::parse(bytes)).value();
+  return {std::move(bytes), std::move(f)};
+}
+
+// Device and oracle fed the same tokens: the prompt, then the device's greedy tokens.
+struct Lockstep {
+  std::vector<int32_t> device, host;  // greedy tokens after each step past the prompt
+  std::vector<double> rel_l2;         // logits, every step
+  std::string error;
+};
+
+Lockstep run_lockstep(Rig& rig, HostOracle& oracle, const std::vector<int32_t>& prompt, int new_tokens) {
+  Lockstep r;
+  if (!rig.model->reset().ok() || !oracle.reset().ok()) {
+    r.error = "reset failed";
+    return r;
+  }
+  int32_t token = prompt[0];
+  for (size_t i = 0; i < prompt.size() + new_tokens - 1; ++i) {
+    if (i < prompt.size()) token = prompt[i];
+    rig.poison();
+    StatusOr<int32_t> next = rig.model->step(token);
+    StatusOr<std::span<const float>> want = oracle.step(token);
+    if (!next.ok() || !want.ok()) {
+      r.error = (next.ok() ? want.status() : next.status()).to_string();
+      return r;
+    }
+    const std::vector<float> got = rig.model->logits().value();
+    if (got.size() != want->size()) {
+      r.error = "logits size";
+      return r;
+    }
+    r.rel_l2.push_back(rel_l2(got, *want));
+    if (i + 1 < prompt.size()) continue;
+    r.device.push_back(*next);
+    r.host.push_back(static_cast<int32_t>(std::max_element(want->begin(), want->end()) - want->begin()));
+    token = *next;
+  }
+  return r;
+}
+
+TEST(Gemma3ModelTest, SyntheticEveryTypeMatchesHostOracleFor32GreedyTokens) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file));
+  EXPECT_TRUE(rig.model->config().is_global(1));
+  EXPECT_FALSE(rig.model->config().is_global(0));
+  HostOracle oracle = std::move(HostOracle::load(p.file)).value();
+
+  std::mt19937 rng(77);
+  std::vector<int32_t> prompt(6);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % 300);
+  const Lockstep r = run_lockstep(rig, oracle, prompt, 32);
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.device.size(), 32u);
+  EXPECT_EQ(r.device, r.host);
+  for (size_t i = 0; i < r.rel_l2.size(); ++i) EXPECT_LE(r.rel_l2[i], 1e-3) << "step " << i;
+  EXPECT_EQ(rig.model->position(), static_cast<int32_t>(prompt.size() + 31));
+  std::printf("worst logits rel-L2 over %zu steps: %.2e; %zu launches per step\n", r.rel_l2.size(),
+              *std::max_element(r.rel_l2.begin(), r.rel_l2.end()), rig.model->launches_per_step());
+}
+
+TEST(Gemma3ModelTest, FusedStepIsFewLaunchesAndMatchesSeparateLaunches) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  std::vector<std::vector<float>> logits[2];
+  size_t launches[2] = {0, 0};
+  for (graph::Dispatch d : {graph::Dispatch::kFused, graph::Dispatch::kSeparate}) {
+    Rig rig;
+    ASSERT_OK(rig.load(p.file, {.max_context = 0, .dispatch = d}));
+    const int i = d == graph::Dispatch::kFused ? 0 : 1;
+    launches[i] = rig.model->launches_per_step();
+    for (int32_t t : {5, 17, 250, 3}) {
+      ASSERT_TRUE(rig.model->step(t).ok());
+      logits[i].push_back(rig.model->logits().value());
+    }
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  // 2 layers of 21 steps plus 4 steps; fused, about one kernel per layer.
+  EXPECT_EQ(launches[1], 46u);
+  EXPECT_LE(launches[0], 4u);
+}
+
+TEST(Gemma3ModelTest, ResetStartsOver) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file));
+  std::vector<float> first[2];
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_OK(rig.model->reset());
+    for (int32_t t : {9, 8, 7}) ASSERT_TRUE(rig.model->step(t).ok());
+    first[run] = rig.model->logits().value();
+  }
+  EXPECT_EQ(first[0], first[1]);
+}
+
+TEST(Gemma3ModelTest, BadInputIsRejectedAndTheModelStaysUsable) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file, {.max_context = 4}));
+  EXPECT_EQ(rig.model->max_context(), 4u);
+  StatusOr<int32_t> bad = rig.model->step(300);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("token 300"), std::string::npos) << bad.status().to_string();
+  EXPECT_EQ(rig.model->step(-1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig.model->position(), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(rig.model->step(1).ok());
+  StatusOr<int32_t> full = rig.model->step(1);
+  EXPECT_EQ(full.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(full.status().message().find("context is full"), std::string::npos);
+  ASSERT_OK(rig.model->reset());
+  EXPECT_TRUE(rig.model->step(1).ok());
+}
+
+TEST(Gemma3ModelTest, MissingOrMisshapenTensorsAreNamed) {
+  SyntheticGemma3 m = typed_model();
+  m.omit = "blk.1.ffn_down.weight";
+  Parsed missing = parse(synthetic_gemma3(m));
+  Rig rig;
+  Status s = rig.load(missing.file);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("blk.1.ffn_down.weight"), std::string::npos) << s.to_string();
+
+  m = typed_model();
+  m.shape["blk.0.attn_v.weight"] = {256, 64};
+  Parsed shaped = parse(synthetic_gemma3(m));
+  s = rig.load(shaped.file);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("blk.0.attn_v.weight"), std::string::npos) << s.to_string();
+  // The device is still usable: a good model loads and runs.
+  Parsed good = parse(synthetic_gemma3(typed_model()));
+  ASSERT_OK(rig.load(good.file));
+  EXPECT_TRUE(rig.model->step(1).ok());
+}
+
+// ---- the real model -------------------------------------------------------------
+
+const char* real_model() {
+  const char* path = std::getenv("NPURT_MODEL");
+  return path != nullptr && std::filesystem::is_regular_file(path) ? path : nullptr;
+}
+
+// Acceptance on the real file: three prompts, 32 greedy tokens each, identical on
+// device and host, with the logits close at every step (checked at 1e-2 at the last).
+TEST(Gemma3ModelTest, RealModelDeviceAgreesWithHostOracle) {
+  const char* path = real_model();
+  if (path == nullptr) GTEST_SKIP() << "set NPURT_MODEL to a Gemma-3-270M GGUF file to run this test";
+  GgufFile file = std::move(GgufFile::open(path)).value();
+  Tokenizer tok = std::move(Tokenizer::from_gguf(file)).value();
+  HostOracle oracle = std::move(HostOracle::load(file)).value();
+  Rig rig(1ull << 30);
+  ASSERT_OK(rig.load(file, {.max_context = 256}));
+  for (const char* text : {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"}) {
+    const std::vector<int32_t> prompt = tok.encode(text).value();
+    const Lockstep r = run_lockstep(rig, oracle, prompt, 32);
+    ASSERT_EQ(r.error, "");
+    ASSERT_EQ(r.device.size(), 32u);
+    EXPECT_EQ(r.device, r.host) << text << "\n device: " << tok.decode(r.device) << "\n host: " << tok.decode(r.host);
+    EXPECT_LE(r.rel_l2.back(), 1e-2) << text;
+    std::printf("'%s' ->%s\n  logits rel-L2: last %.2e, worst %.2e\n", text, tok.decode(r.device).c_str(),
+                r.rel_l2.back(), *std::max_element(r.rel_l2.begin(), r.rel_l2.end()));
+  }
+}
+
+}  // namespace
+}  // namespace npurt::models
