@@ -4,9 +4,10 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
+MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 
-.PHONY: deps build demo test test-release test-asan fuzz bench bench-ops clean model
+.PHONY: deps build demo generate bench-model test test-release test-asan test-python fuzz bench bench-ops clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -18,13 +19,26 @@ build: deps
 demo: build
 	./$(BUILD)/npurt demo
 
-test-release: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+# The main job: Gemma-3-270M greedy decoding on the simulated NPU.
+PROMPT ?= The capital of France is
+generate: build model
+	./$(BUILD)/npurt generate --model $(MODEL) --prompt "$(PROMPT)"
+
+# The Release suite runs the real-model tests too (the model is installed first); the
+# sanitizer suite runs the synthetic ones only, the real ones being minutes there.
+test-release: build model
+	cd $(BUILD) && NPURT_MODEL=$(CURDIR)/$(MODEL) ctest --output-on-failure -j $(JOBS)
 
 test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPURT_SANITIZE=ON -DNPURT_BENCH=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The Python package: built into .venv by pip through scikit-build-core (build tree in
+# build-python/, reused), then its pytest suite.
+test-python: deps
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation .
+	.venv/bin/python -m pytest -q tests/python
 
 fuzz: deps
 	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPURT_FUZZ=ON -DNPURT_BENCH=OFF >/dev/null
@@ -33,9 +47,9 @@ fuzz: deps
 	./$(FUZZ_BUILD)/fuzz/fuzz_verifier -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/verifier fuzz/seeds/verifier
 	./$(FUZZ_BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/gguf fuzz/seeds/gguf
 
-test: test-release test-asan fuzz
+test: test-release test-python test-asan fuzz
 
-bench: build bench-ops
+bench: build bench-ops bench-model
 	./$(BUILD)/bench/npurt_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 # Operator throughput and latency against OpenBLAS and a STREAM-style read: a table on
@@ -43,9 +57,14 @@ bench: build bench-ops
 bench-ops: build
 	./$(BUILD)/bench/npurt_ops_bench --benchmark_out=$(BUILD)/ops_bench.json --benchmark_out_format=json
 
-# The Gemma-3-270M Q4_K_M GGUF at models/gemma-3-270m-q4_k_m.gguf; not needed by build or test.
+# Gemma-3 decode tokens/s against the bandwidth floor measured in the same run.
+bench-model: build model
+	./$(BUILD)/bench/npurt_model_bench --model $(MODEL)
+
+# The Gemma-3-270M Q4_K_M GGUF at $(MODEL): `npurt generate`'s default model, and the
+# real-model tests' (test-release).
 model:
 	@bash scripts/install-model.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) build-python

@@ -14,9 +14,6 @@
 #include <vector>
 
 #include "memory_peers.h"
-#include "npurt/exec/code_registry.h"
-#include "npurt/hal/sim_device.h"
-#include "npurt/memory/memory_context.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/tokenizer.h"
 
@@ -41,22 +38,8 @@ T or_die(StatusOr<T> v, const char* what) {
   return std::move(v).value();
 }
 
-struct Device {
-  std::unique_ptr<hal::Device> dev;
-  std::unique_ptr<MemoryContext> memory;
-  std::unique_ptr<exec::CodeRegistry> registry;
-  std::unique_ptr<models::Gemma3Model> model;
-};
-
-Device load(const models::GgufFile& file, uint32_t context) {
-  Device d;
-  hal::SimOptions o;
-  o.global_memory_bytes = (file.bytes().size() + (1ull << 30)) / 4096 * 4096;
-  d.dev = or_die(hal::create_sim_device(o), "device");
-  d.memory = or_die(MemoryContext::create(*d.dev), "memory");
-  d.registry = std::make_unique<exec::CodeRegistry>(*d.dev);
-  d.model = or_die(models::Gemma3Model::load(file, *d.memory, *d.registry, {.max_context = context}), "load");
-  return d;
+std::unique_ptr<models::SimGemma3> load(const models::GgufFile& file, uint32_t context) {
+  return or_die(models::SimGemma3::load(file, 8, {.max_context = context}), "load");
 }
 
 }  // namespace
@@ -86,10 +69,11 @@ int main(int argc, char** argv) {
   std::vector<double> load_s;
   for (int r = 0; r < 3; ++r) {
     const auto t = Clock::now();
-    Device d = load(file, static_cast<uint32_t>(prompt.size() + tokens));
+    auto sim = load(file, static_cast<uint32_t>(prompt.size() + tokens));
     load_s.push_back(seconds_since(t));
   }
-  Device d = load(file, static_cast<uint32_t>(prompt.size() + tokens));
+  auto sim = load(file, static_cast<uint32_t>(prompt.size() + tokens));
+  models::Gemma3Model& model = sim->model();
 
   // Decode runs and DRAM reads alternate, so both see the same machine state.
   bench::StreamRead read;
@@ -100,16 +84,16 @@ int main(int argc, char** argv) {
     (void)sink;
     read_gbs.push_back(read.bytes() / seconds_since(t) / 1e9);
     models::GenerateStats st;
-    or_die(models::generate(*d.model, prompt, tokens, nullptr, {}, &st), "generate");
+    or_die(models::generate(model, prompt, tokens, nullptr, {}, &st), "generate");
     prefill_tps.push_back(st.prompt_tokens / st.prefill_seconds);
     decode_tps.push_back(st.decode_steps / st.decode_seconds);
   }
-  const double bytes = static_cast<double>(d.model->weight_bytes_per_step());
+  const double bytes = static_cast<double>(model.weight_bytes_per_step());
   const double floor_tps = median(read_gbs) * 1e9 / bytes;
   const double decode = median(decode_tps);
   std::printf("Gemma-3 on the simulated NPU (%s), %d repetitions, medians\n", path.c_str(), reps);
   std::printf("  weights read per token      %10.1f MB\n", bytes / 1e6);
-  std::printf("  launches per token          %10zu\n", d.model->launches_per_step());
+  std::printf("  launches per token          %10zu\n", model.launches_per_step());
   std::printf("  model load (file->device)   %10.2f s\n", median(load_s));
   std::printf("  prefill (%zu tokens)         %10.1f tokens/s\n", prompt.size(), median(prefill_tps));
   std::printf("  decode (%d tokens)           %10.1f tokens/s\n", tokens - 1, decode);

@@ -8,6 +8,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libxxhash-dev libcli11-dev
   libopenblas-dev   # benchmark peer only
+  python3 python3-venv python3-dev   # the Python package (python/, .venv)
 )
 
 missing=()
@@ -21,4 +22,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# ---- Python ---------------------------------------------------------------------
+# A virtual environment at .venv (repository root) with python/requirements.txt: the
+# build backend and binding library for `pip install .`, numpy, ml_dtypes and pytest.
+# pip runs only when the requirements changed since the last successful install (a
+# stamp file in the venv holds their SHA-256), so a second run costs no network.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+REQUIREMENTS="$ROOT/python/requirements.txt"
+STAMP="$VENV/.npurt-requirements.sha256"
+PYTHON="${NPURT_PYTHON:-/usr/bin/python3}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "install-deps: creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+want="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
+if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
+  echo "install-deps: installing Python packages from python/requirements.txt"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
+  echo "$want" >"$STAMP"
+fi
+
 echo "install-deps: all dependencies present"

@@ -9,9 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "npurt/exec/code_registry.h"
-#include "npurt/hal/sim_device.h"
-#include "npurt/memory/memory_context.h"
+#include <unistd.h>
+
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
@@ -33,12 +32,13 @@ int fail(const std::string& what) {
   return 1;
 }
 
-// A one-line bar on stderr, redrawn at each whole percent.
+// A one-line bar on stderr, redrawn at each whole percent; when stderr is not a
+// terminal (a log file, CI), only the final line, so logs hold no redraws.
 class ProgressBar {
  public:
   void update(uint64_t done, uint64_t total) {
     const int pct = total == 0 ? 100 : static_cast<int>(100 * done / total);
-    if (pct == last_) return;
+    if (pct == last_ || (pct < 100 && !tty_)) return;
     last_ = pct;
     constexpr int kWidth = 30;
     const int filled = pct * kWidth / 100;
@@ -50,6 +50,7 @@ class ProgressBar {
 
  private:
   int last_ = -1;
+  bool tty_ = isatty(STDERR_FILENO) != 0;
 };
 
 double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0; }
@@ -79,37 +80,20 @@ int run_generate(const GenerateArgs& args) {
   if (!prompt.ok()) return fail(prompt.status().to_string());
   if (prompt->empty()) return fail("the prompt encodes to no tokens");
 
-  // Whichever backend runs, it is a TokenModel; the device objects outlive it.
-  std::unique_ptr<hal::Device> device;
-  std::unique_ptr<MemoryContext> memory;
-  std::unique_ptr<exec::CodeRegistry> registry;
-  std::unique_ptr<models::Gemma3Model> device_model;
+  // Whichever backend runs, it is a TokenModel.
+  std::unique_ptr<models::SimGemma3> sim;
   std::unique_ptr<models::HostOracle> oracle;
   std::unique_ptr<models::HostTokenModel> host_model;
   models::TokenModel* model = nullptr;
-  const uint32_t context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
   if (args.device == "sim") {
-    hal::SimOptions o;
-    o.num_cores = args.cores;
-    // Weights are at most the file; f32 K and V per position and layer; GM pages
-    // are reserved lazily, so the margin costs nothing.
-    const uint64_t gm = file->bytes().size() + (512ull << 20) + uint64_t{context} * (64u << 10) * 64;
-    o.global_memory_bytes = (gm + 4095) / 4096 * 4096;
-    StatusOr<std::unique_ptr<hal::Device>> d = hal::create_sim_device(o);
-    if (!d.ok()) return fail(d.status().to_string());
-    device = std::move(d).value();
-    StatusOr<std::unique_ptr<MemoryContext>> m = MemoryContext::create(*device);
-    if (!m.ok()) return fail(m.status().to_string());
-    memory = std::move(m).value();
-    registry = std::make_unique<exec::CodeRegistry>(*device);
     ProgressBar bar;
     models::Gemma3Options mo;
-    mo.max_context = context;
-    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = models::Gemma3Model::load(
-        *file, *memory, *registry, mo, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    mo.max_context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
+    StatusOr<std::unique_ptr<models::SimGemma3>> loaded = models::SimGemma3::load(
+        *file, args.cores, mo, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
     if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
-    device_model = std::move(loaded).value();
-    model = device_model.get();
+    sim = std::move(loaded).value();
+    model = &sim->model();
   } else {
     StatusOr<models::HostOracle> o = models::HostOracle::load(*file);
     if (!o.ok()) return fail(path + ": " + o.status().to_string());
@@ -130,6 +114,7 @@ int run_generate(const GenerateArgs& args) {
       },
       &stats);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   if (!out.ok()) return fail(out.status().to_string());
   std::fprintf(stderr, "device %s: load %.2f s; prefill %d tokens, %.1f tokens/s; decode %d tokens, %.1f tokens/s\n",
                args.device.c_str(), load_seconds, stats.prompt_tokens,

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/ops/argmax.h"
 #include "npurt/ops/attention.h"
@@ -264,6 +265,25 @@ StatusOr<std::vector<float>> Gemma3Model::logits() const {
   std::vector<float> out(g.bytes().size() / sizeof(float));
   std::memcpy(out.data(), g.bytes().data(), out.size() * sizeof(float));
   return out;
+}
+
+StatusOr<std::unique_ptr<SimGemma3>> SimGemma3::load(const GgufFile& file, uint32_t cores,
+                                                      const Gemma3Options& options,
+                                                      const Gemma3Model::Progress& progress) {
+  NPURT_ASSIGN_OR_RETURN(Gemma3Config c, Gemma3Config::from_gguf(file));
+  // Weights take at most the file's bytes, the f32 KV cache 2 x 4 bytes per layer,
+  // position and kv dim; the rest is intermediates and code. GM pages are reserved
+  // lazily, so the margin costs nothing.
+  const uint64_t kv = uint64_t{context_of(c, options)} * c.n_layers * 2 * c.n_kv_heads * c.head_dim * 4;
+  hal::SimOptions o;
+  o.num_cores = cores;
+  o.global_memory_bytes = (file.bytes().size() + kv + (256ull << 20) + 4095) / 4096 * 4096;
+  auto sim = std::unique_ptr<SimGemma3>(new SimGemma3());
+  NPURT_ASSIGN_OR_RETURN(sim->device_, hal::create_sim_device(o));
+  NPURT_ASSIGN_OR_RETURN(sim->memory_, MemoryContext::create(*sim->device_));
+  sim->registry_ = std::make_unique<exec::CodeRegistry>(*sim->device_);
+  NPURT_ASSIGN_OR_RETURN(sim->model_, Gemma3Model::load(file, *sim->memory_, *sim->registry_, options, progress));
+  return sim;
 }
 
 }  // namespace npurt::models

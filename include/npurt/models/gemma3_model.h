@@ -86,4 +86,23 @@ class Gemma3Model final : public TokenModel {
   int32_t position_ = 0;
 };
 
+// A Gemma3Model on a simulated NPU of its own, sized for the file and the context:
+// what a program that only wants to decode needs. The device, its memory context and
+// code registry live exactly as long as the model.
+class SimGemma3 {
+ public:
+  static StatusOr<std::unique_ptr<SimGemma3>> load(const GgufFile& file, uint32_t cores = 8,
+                                                   const Gemma3Options& options = {},
+                                                   const Gemma3Model::Progress& progress = {});
+  Gemma3Model& model() { return *model_; }
+
+ private:
+  SimGemma3() = default;
+  // Destroyed bottom up: the model first, the device last.
+  std::unique_ptr<hal::Device> device_;
+  std::unique_ptr<MemoryContext> memory_;
+  std::unique_ptr<exec::CodeRegistry> registry_;
+  std::unique_ptr<Gemma3Model> model_;
+};
+
 }  // namespace npurt::models

@@ -1,0 +1,13 @@
+"""Models on the device.
+
+    model = npurt.Gemma3()          # $NPURT_MODEL, else the file `make model` installs
+    text = model.generate("The capital of France is", max_tokens=8, on_text=print)
+
+:class:`Gemma3` loads a Gemma-3 GGUF file onto a simulated NPU of its own (or the f32
+host oracle with ``device="host"``) and decodes greedily; see docs/models.md."""
+
+from __future__ import annotations
+
+from ._npurt import Gemma3
+
+__all__: list[str] = ["Gemma3"]

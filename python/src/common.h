@@ -1,0 +1,164 @@
+// Shared pieces of the npurt Python extension: the device state every Python object
+// holds, status -> exception conversion, dtype handling and numpy views of mirrors.
+//
+// Lifetimes. A Python Device owns a DeviceState through a shared_ptr; every object
+// created from it (buffers, views, sequences, workers, arrays through their owners)
+// holds the same shared_ptr, so the simulated device, its MemoryContext and its
+// CodeRegistry live as long as anything uses them. Objects that hold device
+// resources (a Buffer's allocation, a compiled sequence's code and stream, a Worker)
+// register a Resource with the state; Device.close() releases them in a safe order
+// (workers, then sequences, then buffers), then destroys the context, the registry
+// and the device. Afterwards every operation reports "device is closed"; memory that
+// numpy arrays point into (host mirrors) stays mapped until the last view goes.
+//
+// Locking and the GIL. DeviceState::mu is taken shared by every operation and
+// exclusively by close(). It is only ever taken with the GIL released (device_call),
+// so a thread waiting for it never blocks Python threads that hold it.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "npurt/base/status.h"
+#include "npurt/exec/code_registry.h"
+#include "npurt/hal/device.h"
+#include "npurt/isa/isa.h"
+#include "npurt/memory/memory_context.h"
+
+namespace npurt::python {
+
+namespace nb = nanobind;
+
+// ---- errors -----------------------------------------------------------------------
+
+// Raises the npurt exception for `status` (which must be an error); its str() is
+// exactly status.message() and its `code` the status code's name.
+[[noreturn]] void raise_status(const Status& status);
+inline void check(const Status& status) {
+  if (!status.ok()) raise_status(status);
+}
+template <typename T>
+T take(StatusOr<T> value) {
+  if (!value.ok()) raise_status(value.status());
+  return std::move(value).value();
+}
+// npurt.DTypeError (an InvalidArgumentError and a TypeError): a Python-side dtype
+// mismatch, which has no Status of its own.
+[[noreturn]] void raise_dtype_error(const std::string& message);
+
+void bind_errors(nb::module_& m);
+
+// str(obj) as a std::string.
+inline std::string py_str(nb::handle obj) {
+  nb::object s = nb::steal(PyObject_Str(obj.ptr()));
+  if (!s.is_valid()) throw nb::python_error();
+  return nb::cast<std::string>(s);
+}
+
+// ---- device state -----------------------------------------------------------------
+
+// Something that holds device resources and must drop them before the device goes.
+class Resource {
+ public:
+  enum Rank : int { kWorker = 0, kSequence = 1, kBuffer = 2 };
+  explicit Resource(Rank rank) : rank_(rank) {}
+  virtual ~Resource() = default;
+  Rank rank() const { return rank_; }
+  // Drops every device-bound object; idempotent. Called with the state's lock held
+  // (exclusively from close(), shared from a destructor) and the GIL released.
+  virtual void release() = 0;
+
+ private:
+  Rank rank_;
+};
+
+struct DeviceState {
+  std::shared_mutex mu;  // shared: any use; exclusive: close()
+  bool closed = false;   // guarded by mu
+  std::unique_ptr<hal::Device> device;
+  std::unique_ptr<MemoryContext> memory;
+  std::unique_ptr<exec::CodeRegistry> registry;
+
+  std::mutex resources_mu;
+  std::vector<std::weak_ptr<Resource>> resources;  // guarded by resources_mu
+
+  void add(const std::shared_ptr<Resource>& r);
+  // Releases every resource, then the context, the registry and the device. Must be
+  // called with the GIL released. Idempotent.
+  void close();
+  ~DeviceState();
+};
+
+Status closed_error();
+
+// Runs f() (returning Status) with the GIL released and the state's lock held
+// shared; "device is closed" when it is. Raises the resulting error.
+template <typename F>
+void device_call(DeviceState& st, F&& f) {
+  Status s;
+  {
+    nb::gil_scoped_release release;
+    std::shared_lock<std::shared_mutex> lock(st.mu);
+    s = st.closed ? closed_error() : f();
+  }
+  check(s);
+}
+
+// Runs f() with the GIL released when the calling thread holds it (destructors).
+template <typename F>
+void without_gil(F&& f) {
+  if (PyGILState_Check()) {
+    nb::gil_scoped_release release;
+    f();
+  } else {
+    f();
+  }
+}
+
+// Drops a resource from a destructor: under the state's shared lock, GIL released.
+void release_resource(DeviceState& st, Resource& r);
+
+// ---- dtypes -------------------------------------------------------------------------
+
+// Accepts npurt names ("f32", "bf16", "q8_0", ...), numpy names ("float32",
+// "bfloat16", ...), numpy dtypes and scalar types (np.float32, ml_dtypes.bfloat16).
+// Raises DTypeError for anything else.
+isa::DType parse_dtype(nb::handle obj);
+// The numpy dtype of .data for `t`: float32, bfloat16 (ml_dtypes), float16, int32,
+// or uint8 bytes for the quantized block types.
+nb::object numpy_dtype(isa::DType t);
+// "float32", "bfloat16", ..., "q8_0 blocks (uint8)".
+std::string dtype_description(isa::DType t);
+// Bytes of `count` elements; DTypeError-free: InvalidArgument Status when `count`
+// is not whole blocks of a quantized type.
+StatusOr<uint64_t> element_bytes(isa::DType t, uint64_t count, const std::string& what);
+// Elements of `bytes` bytes of `t` (whole blocks for quantized types).
+uint64_t element_count(isa::DType t, uint64_t bytes);
+
+// A numpy array over `bytes` bytes at `data` holding elements of `t` in `shape`
+// (1-D when empty; quantized types: 1-D uint8 over the bytes). Zero-copy; `owner`
+// is kept alive by the array.
+nb::object mirror_array(uint8_t* data, uint64_t bytes, isa::DType t, const std::vector<size_t>& shape,
+                        nb::handle owner);
+
+// Shapes given as an int or a sequence of ints.
+std::vector<size_t> parse_shape(nb::handle obj, const std::string& what);
+uint64_t shape_count(const std::vector<size_t>& shape);
+nb::tuple shape_tuple(const std::vector<size_t>& shape);
+
+// ---- bindings -----------------------------------------------------------------------
+
+void bind_device(nb::module_& m);
+void bind_ops(nb::module_& m);
+void bind_sequence(nb::module_& m);
+void bind_models(nb::module_& m);
+
+}  // namespace npurt::python

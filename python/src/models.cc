@@ -1,0 +1,174 @@
+// npurt.Gemma3: Gemma-3 greedy decoding from a GGUF file, on a simulated NPU of its
+// own (or the f32 host oracle), with generate() streaming text to a callback.
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <optional>
+
+#include "common.h"
+#include "npurt/models/gemma3_model.h"
+#include "npurt/models/gguf.h"
+#include "npurt/models/host_oracle.h"
+#include "npurt/models/tokenizer.h"
+
+#ifndef NPURT_DEFAULT_MODEL
+#define NPURT_DEFAULT_MODEL "models/gemma-3-270m-q4_k_m.gguf"
+#endif
+
+namespace npurt::python {
+namespace {
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("NPURT_MODEL"); env != nullptr && *env != '\0') return env;
+  return NPURT_DEFAULT_MODEL;
+}
+
+// Owns everything a loaded model uses (the file outlives the model). One generate() at a time (mu_), with the GIL released.
+class Gemma3 {
+ public:
+  Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context) {
+    if (device != "sim" && device != "host") {
+      raise_status(Status(StatusCode::kInvalidArgument, "unknown device '" + device + "' (expected 'sim' or 'host')"));
+    }
+    path_ = path.value_or(default_model_path());
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      s = load(device, cores, max_context);
+    }
+    check(s);
+  }
+
+  const std::string& path() const { return path_; }
+  const models::Gemma3Config& config() const { return config_; }
+
+  std::vector<int32_t> encode(const std::string& text) const { return take(tokenizer_->encode(text)); }
+  std::string decode(const std::vector<int32_t>& ids) const { return tokenizer_->decode(ids); }
+
+  // Greedy tokens after `prompt` (ids), stopping at a stop token.
+  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens) {
+    StatusOr<std::vector<int32_t>> out = Status();
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      out = models::generate(*model_, prompt, max_tokens, &*tokenizer_, {}, &stats_);
+    }
+    return take(std::move(out));
+  }
+
+  // The text generated after `prompt`; `on_text` (if given) sees each token's text as
+  // it is produced. An exception in it ends the call once generation returns.
+  std::string generate(const std::string& prompt, int max_tokens,
+                       const std::optional<std::function<void(std::string)>>& on_text) {
+    const std::vector<int32_t> ids = encode(prompt);
+    std::optional<nb::python_error> callback_error;
+    StatusOr<std::vector<int32_t>> out = Status();
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(mu_);
+      auto stream = [&](int32_t t) {
+        if (!on_text || callback_error) return;
+        nb::gil_scoped_acquire acquire;
+        try {
+          (*on_text)(tokenizer_->token_text(t));
+        } catch (nb::python_error& e) {
+          callback_error.emplace(std::move(e));
+        }
+      };
+      out = models::generate(*model_, ids, max_tokens, &*tokenizer_, stream, &stats_);
+    }
+    if (callback_error) {
+      callback_error->restore();
+      throw nb::python_error();
+    }
+    return tokenizer_->decode(take(std::move(out)));
+  }
+
+  nb::dict stats() const {
+    nb::dict d;
+    d["prompt_tokens"] = stats_.prompt_tokens;
+    d["prefill_seconds"] = stats_.prefill_seconds;
+    d["generated_tokens"] = stats_.generated_tokens;
+    d["decode_steps"] = stats_.decode_steps;
+    d["decode_seconds"] = stats_.decode_seconds;
+    return d;
+  }
+
+ private:
+  Status load(const std::string& device, uint32_t cores, uint32_t max_context) {
+    NPURT_ASSIGN_OR_RETURN(models::GgufFile file, models::GgufFile::open(path_));
+    file_ = std::make_unique<models::GgufFile>(std::move(file));
+    NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*file_));
+    tokenizer_ = std::make_unique<models::Tokenizer>(std::move(tok));
+    NPURT_ASSIGN_OR_RETURN(config_, models::Gemma3Config::from_gguf(*file_));
+    if (device == "host") {
+      NPURT_ASSIGN_OR_RETURN(models::HostOracle oracle, models::HostOracle::load(*file_));
+      oracle_ = std::make_unique<models::HostOracle>(std::move(oracle));
+      host_model_ = std::make_unique<models::HostTokenModel>(*oracle_);
+      model_ = host_model_.get();
+      return Status();
+    }
+    models::Gemma3Options mo;
+    mo.max_context = max_context;
+    NPURT_ASSIGN_OR_RETURN(sim_, models::SimGemma3::load(*file_, cores, mo));
+    model_ = &sim_->model();
+    return Status();
+  }
+
+  std::string path_;
+  std::unique_ptr<models::GgufFile> file_;
+  std::unique_ptr<models::Tokenizer> tokenizer_;
+  models::Gemma3Config config_;
+  std::unique_ptr<models::SimGemma3> sim_;
+  std::unique_ptr<models::HostOracle> oracle_;
+  std::unique_ptr<models::HostTokenModel> host_model_;
+  models::TokenModel* model_ = nullptr;
+  models::GenerateStats stats_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+void bind_models(nb::module_& m) {
+  nb::class_<Gemma3>(m, "Gemma3",
+                     "Gemma-3 greedy decoding from a GGUF file (default: $NPURT_MODEL, else the file "
+                     "`make model` installs), on a simulated NPU of its own ('sim') or the f32 host "
+                     "oracle ('host').")
+      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t>(), nb::arg("path") = nb::none(),
+           nb::kw_only(), nb::arg("device") = "sim", nb::arg("cores") = 8, nb::arg("max_context") = 4096)
+      .def_prop_ro("path", &Gemma3::path)
+      .def_prop_ro(
+          "config",
+          [](const Gemma3& g) {
+            const models::Gemma3Config& c = g.config();
+            nb::dict d;
+            d["n_layers"] = c.n_layers;
+            d["hidden"] = c.hidden;
+            d["ffn"] = c.ffn;
+            d["n_heads"] = c.n_heads;
+            d["n_kv_heads"] = c.n_kv_heads;
+            d["head_dim"] = c.head_dim;
+            d["vocab"] = c.vocab;
+            d["sliding_window"] = c.sliding_window;
+            d["context_length"] = c.context_length;
+            return d;
+          },
+          "the hyperparameters read from the file")
+      .def("encode", &Gemma3::encode, nb::arg("text"), "token ids of `text`, with the BOS token first")
+      .def("decode", &Gemma3::decode, nb::arg("ids"), "the text of token ids")
+      .def("generate", &Gemma3::generate, nb::arg("prompt"), nb::arg("max_tokens") = 32,
+           nb::arg("on_text") = nb::none(),
+           "greedy continuation of `prompt` (at most max_tokens tokens, ending early at a stop "
+           "token); on_text(str) sees each token's text as it is produced")
+      .def("generate_ids", &Gemma3::generate_ids, nb::arg("prompt_ids"), nb::arg("max_tokens") = 32,
+           "greedy token ids after `prompt_ids`")
+      .def_prop_ro("stats", &Gemma3::stats,
+                   "figures of the last generate(): prompt_tokens, prefill_seconds, generated_tokens, "
+                   "decode_steps, decode_seconds");
+}
+
+}  // namespace npurt::python

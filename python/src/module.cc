@@ -1,0 +1,13 @@
+// The npurt._npurt extension module: errors, device, buffers and views, operators,
+// operator sequences and the worker. The package npurt re-exports it.
+#include "common.h"
+
+NB_MODULE(_npurt, m) {
+  namespace py = npurt::python;
+  m.doc() = "npurt: a runtime for compiled NPU operators, on its simulated NPU.";
+  py::bind_errors(m);
+  py::bind_device(m);
+  py::bind_ops(m);
+  py::bind_sequence(m);
+  py::bind_models(m);
+}

@@ -1,0 +1,65 @@
+"""npurt.Gemma3 on the real model (skipped when it is not installed: `make model`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import npurt
+
+MODEL = os.environ.get("NPURT_MODEL") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "models", "gemma-3-270m-q4_k_m.gguf")
+needs_model = pytest.mark.skipif(not os.path.isfile(MODEL), reason="no model installed (make model)")
+
+# llama.cpp's greedy tokens for "The capital of France is" on the same file (see
+# docs/models.md): " the capital of the country of France."
+LLAMA_CPP_FIRST_8 = [506, 5279, 529, 506, 2891, 529, 7001, 236761]
+
+
+@pytest.fixture(scope="module")
+def model() -> npurt.Gemma3:
+    return npurt.Gemma3(MODEL, max_context=256)
+
+
+@needs_model
+def test_generate_streams_the_reference_continuation(model):
+    pieces: list[str] = []
+    text = model.generate("The capital of France is", max_tokens=8, on_text=pieces.append)
+    assert model.encode("The capital of France is") == [2, 818, 5279, 529, 7001, 563]
+    assert text == model.decode(LLAMA_CPP_FIRST_8)
+    assert "".join(pieces) == text and len(pieces) == 8
+    stats = model.stats
+    assert stats["prompt_tokens"] == 6 and stats["generated_tokens"] == 8 and stats["decode_steps"] == 7
+    assert stats["decode_seconds"] > 0
+
+
+@needs_model
+def test_device_and_host_oracle_agree(model):
+    prompt = model.encode("Once upon a time")
+    host = npurt.Gemma3(MODEL, device="host")
+    assert model.generate_ids(prompt, 8) == host.generate_ids(prompt, 8)
+
+
+@needs_model
+def test_a_failing_callback_raises_and_the_model_stays_usable(model):
+    def boom(_: str) -> None:
+        raise RuntimeError("stop here")
+
+    with pytest.raises(RuntimeError, match="stop here"):
+        model.generate("The capital of France is", max_tokens=4, on_text=boom)
+    assert model.generate_ids([2, 818], 2) == model.generate_ids([2, 818], 2)
+    with pytest.raises(npurt.InvalidArgumentError, match="token 999999"):
+        model.generate_ids([2, 999999], 2)
+    assert len(model.generate_ids([2, 818], 2)) == 2
+
+
+def test_bad_paths_and_devices_raise_clear_errors(tmp_path):
+    with pytest.raises(npurt.Error, match="no-such.gguf"):
+        npurt.Gemma3(str(tmp_path / "no-such.gguf"))
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 10)
+    with pytest.raises(npurt.Error):
+        npurt.Gemma3(str(bad))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        npurt.Gemma3(MODEL, device="tpu")
