@@ -25,7 +25,7 @@ struct SyntheticGemma3 {
   uint32_t seed = 1234;
   std::string omit;                                    // a tensor to leave out
   std::map<std::string, std::vector<uint64_t>> shape;  // tensors with a different shape
-  std::map<std::string, isa::DType> dtype;             // non-norm tensors not in f32
+  std::map<std::string, isa::DType> dtype;             // non-norm tensors not in f32; "output.weight": untied head
 };
 
 inline uint32_t ggml_type_of(isa::DType t) {
@@ -86,6 +86,8 @@ inline std::vector<uint8_t> synthetic_gemma3(const SyntheticGemma3& m = {}) {
     w.tensor(name, dims, ggml_type_of(t->second), std::move(raw));
   };
   add("token_embd.weight", {m.hidden, m.vocab}, false);
+  // An untied LM head when a type is given for it (Gemma-3 files tie it to the embedding).
+  if (m.dtype.count("output.weight")) add("output.weight", {m.hidden, m.vocab}, false);
   add("output_norm.weight", {m.hidden}, true);
   for (int32_t l = 0; l < static_cast<int32_t>(m.layers); ++l) {
     auto b = [&](const char* what) { return gemma3_block_tensor(l, what); };
