@@ -381,47 +381,56 @@ TEST(DequantVectorized, BitIdenticalToReferenceOnEveryTarget) {
 }
 
 // Row dot products straight from blocks (and plain rows) agree with a double-precision
-// dot of the reference-dequantized rows, on every vector implementation, with gaps
-// between rows and rows at odd byte addresses; accumulate adds to y.
+// dot of the reference-dequantized rows, with gaps between rows and rows at odd byte
+// addresses; accumulate adds to y. `blocks` per row (quantized) or a vector tail.
+void check_matvec(DType t, size_t blocks, const std::string& where) {
+  const size_t k = dtype_is_quantized(t) ? blocks * dtype_block_elems(t) : 77 + blocks;
+  const size_t rows = 5, row_bytes = dtype_is_quantized(t) ? k / dtype_block_elems(t) * dtype_block_bytes(t)
+                                                              : k * dtype_size(t);
+  const size_t stride = row_bytes + 3;
+  Bytes w(1 + rows * stride);
+  std::vector<float> wf(rows * k);
+  for (size_t r = 0; r < rows; ++r) {
+    Bytes row;
+    if (dtype_is_quantized(t)) {
+      row = random_blocks(t, k / dtype_block_elems(t), 50 + static_cast<uint32_t>(r));
+    } else {
+      const auto v = random_floats(k, 60 + static_cast<uint32_t>(r));
+      row.resize(row_bytes);
+      from_f32(v.data(), t, row.data(), k);
+    }
+    std::memcpy(&w[1 + r * stride], row.data(), row_bytes);
+    to_f32(row.data(), t, &wf[r * k], k);
+  }
+  const auto x = random_floats(k, 99);
+  std::vector<float> y(rows, 0.5f);
+  sim::matvec(&w[1], t, stride, rows, x.data(), k, y.data(), /*accumulate=*/true);
+  for (size_t r = 0; r < rows; ++r) {
+    double want = 0.5, mag = 0;
+    for (size_t j = 0; j < k; ++j) {
+      want += double(wf[r * k + j]) * x[j];
+      mag += std::fabs(double(wf[r * k + j]) * x[j]);
+    }
+    ASSERT_NEAR(y[r], want, 1e-5 * mag + 1e-6) << name_of(t) << " row " << r << ", k " << k << ", " << where;
+  }
+}
+
+// Every vector implementation, with and without the fixed-point x path (taken where
+// the CPU has AVX512_VNNI), over odd and even numbers of blocks per row.
 TEST(DequantVectorized, MatVecMatchesDequantizedDot) {
   constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   for (int64_t target : sim::tile_kernels_targets()) {
     sim::tile_kernels_set_target_for_test(target);
-    for (DType t : kTypes) {
-      const size_t k = dtype_is_quantized(t) ? 3 * dtype_block_elems(t) : 77;  // 77: a vector tail
-      const size_t rows = 5, row_bytes = dtype_is_quantized(t) ? k / dtype_block_elems(t) * dtype_block_bytes(t)
-                                                                  : k * dtype_size(t);
-      const size_t stride = row_bytes + 3;
-      Bytes w(1 + rows * stride);
-      std::vector<float> wf(rows * k);
-      std::mt19937 rng(11 + static_cast<uint32_t>(t));
-      for (size_t r = 0; r < rows; ++r) {
-        Bytes row;
-        if (dtype_is_quantized(t)) {
-          row = random_blocks(t, k / dtype_block_elems(t), 50 + static_cast<uint32_t>(r));
-        } else {
-          const auto v = random_floats(k, 60 + static_cast<uint32_t>(r));
-          row.resize(row_bytes);
-          from_f32(v.data(), t, row.data(), k);
-        }
-        std::memcpy(&w[1 + r * stride], row.data(), row_bytes);
-        to_f32(row.data(), t, &wf[r * k], k);
-      }
-      const auto x = random_floats(k, 99);
-      std::vector<float> y(rows, 0.5f);
-      sim::matvec(&w[1], t, stride, rows, x.data(), k, y.data(), /*accumulate=*/true);
-      for (size_t r = 0; r < rows; ++r) {
-        double want = 0.5, mag = 0;
-        for (size_t j = 0; j < k; ++j) {
-          want += double(wf[r * k + j]) * x[j];
-          mag += std::fabs(double(wf[r * k + j]) * x[j]);
-        }
-        ASSERT_NEAR(y[r], want, 1e-5 * mag + 1e-6)
-            << name_of(t) << " row " << r << " on " << sim::tile_kernels_target();
+    for (bool integer_path : {true, false}) {
+      sim::matvec_set_integer_path_for_test(integer_path);
+      const std::string where = std::string(sim::tile_kernels_target()) + (integer_path ? ", integer path" : "");
+      for (DType t : kTypes) {
+        for (size_t blocks : {3u, 4u}) check_matvec(t, blocks, where);
       }
     }
   }
+  sim::matvec_set_integer_path_for_test(true);
   sim::tile_kernels_set_target_for_test(0);
 }
 

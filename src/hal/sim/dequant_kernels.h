@@ -22,8 +22,15 @@ void dequantize(const void* blocks, isa::DType type, float* out, size_t n);
 // block size) starting at byte i * row_stride_bytes of w. Products and sums are f32;
 // quantized blocks (K types: 32-value sub-blocks) are summed unscaled and then
 // multiplied by their scale, so results match dequantize-then-dot up to f32
-// rounding, not bit for bit.
+// rounding, not bit for bit. On CPUs with AVX512_VNNI, Q4_0, Q5_0, Q4_K and Q6_K rows
+// take x in fixed point per group of 16 or 32 values (block sums exact in integers),
+// which adds an error of at most 2^-20 max|x| of the group per |weight|.
 void matvec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
             float* y, bool accumulate);
+
+// Whether TMV may take the fixed-point x path above (default true where the CPU has
+// AVX512_VNNI). Tests turn it off to check the f32 kernels on the same machine.
+bool matvec_integer_path();
+void matvec_set_integer_path_for_test(bool enabled);
 
 }  // namespace npurt::sim
