@@ -3,7 +3,7 @@
 // (DRAM read bandwidth) / (weight bytes per token). Prints model load time, prefill
 // and decode tokens/s (medians) and decode as a fraction of that floor.
 //
-//   npurt_model_bench [--model PATH] [--tokens N] [--reps R]
+//   npurt_model_bench [--model PATH] [--tokens N] [--reps R] [--cores C]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,26 +38,27 @@ T or_die(StatusOr<T> v, const char* what) {
   return std::move(v).value();
 }
 
-std::unique_ptr<models::SimGemma3> load(const models::GgufFile& file, uint32_t context) {
-  return or_die(models::SimGemma3::load(file, 8, {.max_context = context}), "load");
+std::unique_ptr<models::SimGemma3> load(const models::GgufFile& file, uint32_t cores, uint32_t context) {
+  return or_die(models::SimGemma3::load(file, cores, {.max_context = context}), "load");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string path = std::getenv("NPURT_MODEL") ? std::getenv("NPURT_MODEL") : "models/gemma-3-270m-q4_k_m.gguf";
-  int tokens = 64, reps = 5;
+  int tokens = 64, reps = 5, cores = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model")) path = argv[i + 1];
     else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--cores")) cores = std::atoi(argv[i + 1]);
   }
   if (!std::filesystem::is_regular_file(path)) {
     std::fprintf(stderr, "model_bench: no model at %s (run `make model` or pass --model)\n", path.c_str());
     return 1;
   }
-  if (tokens < 2 || reps < 1) {
-    std::fprintf(stderr, "model_bench: --tokens must be >= 2 and --reps >= 1\n");
+  if (tokens < 2 || reps < 1 || cores < 1) {
+    std::fprintf(stderr, "model_bench: --tokens must be >= 2, --reps and --cores >= 1\n");
     return 1;
   }
   models::GgufFile file = or_die(models::GgufFile::open(path), "open");
@@ -69,10 +70,10 @@ int main(int argc, char** argv) {
   std::vector<double> load_s;
   for (int r = 0; r < 3; ++r) {
     const auto t = Clock::now();
-    auto sim = load(file, static_cast<uint32_t>(prompt.size() + tokens));
+    auto sim = load(file, static_cast<uint32_t>(cores), static_cast<uint32_t>(prompt.size() + tokens));
     load_s.push_back(seconds_since(t));
   }
-  auto sim = load(file, static_cast<uint32_t>(prompt.size() + tokens));
+  auto sim = load(file, static_cast<uint32_t>(cores), static_cast<uint32_t>(prompt.size() + tokens));
   models::Gemma3Model& model = sim->model();
 
   // Decode runs and DRAM reads alternate, so both see the same machine state.
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(model.weight_bytes_per_step());
   const double floor_tps = median(read_gbs) * 1e9 / bytes;
   const double decode = median(decode_tps);
-  std::printf("Gemma-3 on the simulated NPU (%s), %d repetitions, medians\n", path.c_str(), reps);
+  std::printf("Gemma-3 on the simulated NPU (%s, %d cores), %d repetitions, medians\n", path.c_str(), cores, reps);
   std::printf("  weights read per token      %10.1f MB\n", bytes / 1e6);
   std::printf("  launches per token          %10zu\n", model.launches_per_step());
   std::printf("  model load (file->device)   %10.2f s\n", median(load_s));
