@@ -389,7 +389,7 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
       if (!k.ok()) return k.status().with_context(step_label(i, *steps_[i].op));
       Kernel ck{std::move(k->image), k->grid, {}, {}};
       for (size_t a = 0; a < k->args.size(); ++a) {
-        ck.args.push_back({k->args[a].is_scalar(), steps_[i].bindings[a], k->args[a].dtype, k->args[a].access});
+        ck.args.push_back({k->args[a].is_scalar(), steps_[i].bindings[a], k->args[a].dtype, k->args[a].access, {}});
       }
       seq->kernels_.push_back(std::move(ck));
     }
@@ -403,7 +403,7 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
         for (size_t a = 0; a < sig.size(); ++a) {
           auto [it, fresh] = index.emplace(steps_[i].bindings[a], args.size());
           if (fresh) {
-            args.push_back({sig[a].is_scalar(), steps_[i].bindings[a], sig[a].dtype, sig[a].access});
+            args.push_back({sig[a].is_scalar(), steps_[i].bindings[a], sig[a].dtype, sig[a].access, {}});
           } else if (!sig[a].is_scalar()) {
             args[it->second].access = merge(args[it->second].access, sig[a].access);
           }
@@ -437,6 +437,10 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
   NPURT_ASSIGN_OR_RETURN(isa::Image prime, prime_image());
   NPURT_ASSIGN_OR_RETURN(seq->prime_, registry.register_image(prime));
   for (Kernel& k : seq->kernels_) {
+    for (CompiledSequence::KernelArgBinding& a : k.args) {
+      if (a.scalar) continue;
+      NPURT_ASSIGN_OR_RETURN(a.view, seq->resolve(a.name));
+    }
     NPURT_ASSIGN_OR_RETURN(k.code, registry.register_image(k.image));
     seq->code_.push_back(k.code);
   }
@@ -503,10 +507,9 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
     args.reserve(k.args.size());
     for (const KernelArgBinding& a : k.args) {
       if (!a.scalar) {
-        NPURT_ASSIGN_OR_RETURN(View v, resolve(a.name));
-        args.push_back(a.access == Access::kIn    ? LaunchArg::input(std::move(v))
-                       : a.access == Access::kOut ? LaunchArg::output(std::move(v))
-                                                  : LaunchArg::inout(std::move(v)));
+        args.push_back(a.access == Access::kIn    ? LaunchArg::input(a.view)
+                       : a.access == Access::kOut ? LaunchArg::output(a.view)
+                                                  : LaunchArg::inout(a.view));
         continue;
       }
       const auto it = scalars.find(a.name);

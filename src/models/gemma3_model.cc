@@ -95,13 +95,14 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
   };
   auto matvec = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
-    NPURT_ASSIGN_OR_RETURN(std::string w, weight(name, m * k));
-    s.add(gemv(m, k, t), {w, std::move(in), std::move(out)});
+    s.size(name, m * k);
+    s.add(gemv(m, k, t), {name, std::move(in), std::move(out)});
     return Status();
   };
 
-  NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, "token_embd.weight"));
-  NPURT_ASSIGN_OR_RETURN(std::string embd, weight("token_embd.weight", hidden * c.vocab));
+  const std::string embd = "token_embd.weight";
+  NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
+  s.size(embd, hidden * c.vocab);
   s.add(std::make_shared<ops::Embedding>(ops::EmbeddingParams{.vocab = static_cast<uint64_t>(c.vocab),
                                                               .dim = dim,
                                                               .dtype = embd_type,
@@ -188,6 +189,8 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, M
   model->config_ = config;
   model->max_context_ = context_of(config, options);
   NPURT_ASSIGN_OR_RETURN(model->seq_, step.compile(memory, registry));
+  NPURT_ASSIGN_OR_RETURN(model->next_, model->seq_->get_buffer("next"));
+  NPURT_ASSIGN_OR_RETURN(model->logits_, model->seq_->get_buffer("logits"));
 
   // Every bound tensor, copied once in its stored bytes (norms as f32) and pushed to
   // the device, so the first step moves no weight.
@@ -252,16 +255,14 @@ StatusOr<int32_t> Gemma3Model::step(int32_t token) {
                                {kRopeGlobal, config_.rope_base_global}};
   NPURT_RETURN_IF_ERROR(seq_->call(scalars));
   ++position_;
-  NPURT_ASSIGN_OR_RETURN(View v, seq_->get_buffer("next"));
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(v));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(next_));
   int32_t next = 0;
   std::memcpy(&next, g.bytes().data(), sizeof next);
   return next;
 }
 
 StatusOr<std::vector<float>> Gemma3Model::logits() const {
-  NPURT_ASSIGN_OR_RETURN(View v, seq_->get_buffer("logits"));
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(v));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(logits_));
   std::vector<float> out(g.bytes().size() / sizeof(float));
   std::memcpy(out.data(), g.bytes().data(), out.size() * sizeof(float));
   return out;

@@ -12,9 +12,6 @@ using isa::Tile;
 
 namespace {
 
-// Default tile size: enough elements to amortize each instruction's dispatch.
-constexpr uint64_t kTileElements = 16384;
-
 bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 int64_t esize(DType t) { return static_cast<int64_t>(isa::dtype_size(t)); }

@@ -11,6 +11,10 @@
 
 namespace npurt::ops {
 
+// Default tile size of the elementwise-style operators: enough elements to amortize
+// each instruction's dispatch.
+inline constexpr uint64_t kTileElements = 16384;
+
 // Splits `chunks` work items into contiguous ranges, one per block of a `grid`-block
 // launch: block b handles [first, first + count) with per = ceil(chunks / grid),
 // first = b * per and count = clamp(chunks - first, 0, per). Emits code that leaves

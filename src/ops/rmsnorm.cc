@@ -17,8 +17,6 @@ using isa::Tile;
 namespace {
 
 constexpr char kOp[] = "rmsnorm";
-// Default tile size: enough elements to amortize each instruction's dispatch.
-constexpr uint64_t kTileElements = 16384;
 
 bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 

@@ -17,8 +17,6 @@ using isa::UnOp;
 namespace {
 
 constexpr char kOp[] = "rope";
-// Default tile size: enough elements to amortize each instruction's dispatch.
-constexpr uint64_t kTileElements = 16384;
 
 }  // namespace
 

@@ -17,8 +17,6 @@ using isa::Tile;
 namespace {
 
 constexpr char kOp[] = "softmax";
-// Default tile size: enough elements to amortize each instruction's dispatch.
-constexpr uint64_t kTileElements = 16384;
 // |offset| bound: keeps every register expression far from int64 overflow.
 constexpr int64_t kMaxOffset = int64_t{1} << 40;
 

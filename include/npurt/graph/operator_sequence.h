@@ -154,6 +154,7 @@ class CompiledSequence {
     std::string name;  // buffer binding (name or slice) or scalar name
     isa::DType dtype = isa::DType::kF32;
     isa::Access access = isa::Access::kIn;
+    View view;  // buffers: resolved once at compile(), the arenas never move
   };
   struct CompiledKernel {
     isa::Image image;

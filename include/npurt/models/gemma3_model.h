@@ -80,6 +80,7 @@ class Gemma3Model final : public TokenModel {
 
   MemoryContext* memory_ = nullptr;
   std::unique_ptr<graph::CompiledSequence> seq_;
+  View next_, logits_;  // the sequence's "next" and "logits" buffers
   Gemma3Config config_;
   uint32_t max_context_ = 0;
   uint64_t weight_bytes_per_step_ = 0;
