@@ -18,6 +18,7 @@ See docs/python.md for the whole API.
 from __future__ import annotations
 
 from . import _npurt
+from ._npurt import __version__
 from ._npurt import (
     Arg,
     Buffer,

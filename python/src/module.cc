@@ -1,10 +1,12 @@
 // The npurt._npurt extension module: errors, device, buffers and views, operators,
 // operator sequences and the worker. The package npurt re-exports it.
 #include "common.h"
+#include "npurt/version.h"
 
 NB_MODULE(_npurt, m) {
   namespace py = npurt::python;
   m.doc() = "npurt: a runtime for compiled NPU operators, on its simulated NPU.";
+  m.attr("__version__") = NPURT_VERSION_STRING;
   py::bind_errors(m);
   py::bind_device(m);
   py::bind_ops(m);
