@@ -7,7 +7,7 @@ FUZZ_SECONDS ?= 30
 MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 
-.PHONY: deps build demo generate bench-model test test-release test-asan test-python fuzz bench bench-ops clean model
+.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-python test-install fuzz bench bench-ops clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -47,7 +47,13 @@ fuzz: deps
 	./$(FUZZ_BUILD)/fuzz/fuzz_verifier -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/verifier fuzz/seeds/verifier
 	./$(FUZZ_BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/gguf fuzz/seeds/gguf
 
-test: test-release test-python test-asan fuzz
+# npurt as a dependency: install into a temporary prefix, build examples/cpp against it
+# (CMake and pkg-config), install the wheel into a fresh virtual environment and run
+# examples/python (build trees kept in build-install/).
+test-install: deps
+	JOBS=$(JOBS) bash scripts/test-install.sh
+
+test: test-release test-python test-asan fuzz test-install
 
 bench: build bench-ops bench-model
 	./$(BUILD)/bench/npurt_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -61,10 +67,17 @@ bench-ops: build
 bench-model: build model
 	./$(BUILD)/bench/npurt_model_bench --model $(MODEL)
 
+# Gemma-3 prefill and decode tokens/s next to llama.cpp on the same file, alternating
+# in one run; the peer (llama-cpp-python from source) goes into .venv-peer/ first. A
+# table on stdout and the same figures as JSON in $(BUILD)/peer_bench.json.
+bench-peer: build model
+	@bash scripts/install-peer.sh
+	.venv-peer/bin/python bench/peer_bench.py --model $(MODEL) --npurt-bench $(BUILD)/bench/npurt_model_bench --out $(BUILD)/peer_bench.json
+
 # The Gemma-3-270M Q4_K_M GGUF at $(MODEL): `npurt generate`'s default model, and the
 # real-model tests' (test-release).
 model:
 	@bash scripts/install-model.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) build-python
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) build-python build-install

@@ -1,21 +1,37 @@
-// Gemma-3 decoding on the simulated NPU against its bandwidth floor, measured in the
-// same run: each decode step reads every weight once, so tokens/s can be at most
-// (DRAM read bandwidth) / (weight bytes per token). Prints model load time, prefill
-// and decode tokens/s (medians) and decode as a fraction of that floor.
+// Gemma-3 on the simulated NPU against its physical limits, measured in the same run:
+//   decode reads every weight once per token, so its floor is (DRAM read bandwidth) /
+//   (weight bytes per token);
+//   batched prefill is matrix work, so its floor is (f32 FMA peak of the host threads) /
+//   (FLOPs per prompt token).
+// Prints model load time, prefill of a 64- and a 512-token prompt (batched and, for 64,
+// token by token), the time to first token, decode tokens/s, both floors and the
+// ratios, and where a 512-token chunk's time goes per operator (medians).
 //
 //   npurt_model_bench [--model PATH] [--tokens N] [--reps R] [--cores C]
+//                     [--prefill-chunk T] [--prompt-file F] [--peer-json]
+// --peer-json prints one repetition of the prefill-64, prefill-512 and decode-128
+// figures as one JSON line (what `make bench-peer` alternates with llama.cpp).
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "fma_peak.h"
 #include "memory_peers.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/tokenizer.h"
+#include "npurt/ops/prefill_attention.h"
+#include "npurt/ops/weight_gemm.h"
+#include "op_runner.h"
 
 namespace {
 
@@ -38,68 +54,286 @@ T or_die(StatusOr<T> v, const char* what) {
   return std::move(v).value();
 }
 
-std::unique_ptr<models::SimGemma3> load(const models::GgufFile& file, uint32_t cores, uint32_t context) {
-  return or_die(models::SimGemma3::load(file, cores, {.max_context = context}), "load");
+struct Args {
+  std::string model = std::getenv("NPURT_MODEL") ? std::getenv("NPURT_MODEL") : "models/gemma-3-270m-q4_k_m.gguf";
+  std::string prompt_file = "bench/peer_prompt.txt";
+  int tokens = 128, reps = 5, cores = 8;
+  int chunk = static_cast<int>(models::Gemma3Options::kDefaultPrefillChunk);
+  bool peer_json = false;
+};
+
+// The first n tokens of the prompt text (BOS first), repeated as needed.
+std::vector<int32_t> prompt_of(const models::Tokenizer& tok, const std::string& text, size_t n) {
+  std::vector<int32_t> ids = or_die(tok.encode(text), "encode");
+  const std::vector<int32_t> body(ids.begin() + 1, ids.end());
+  while (ids.size() < n) ids.insert(ids.end(), body.begin(), body.end());
+  ids.resize(n);
+  return ids;
+}
+
+struct Figures {
+  double prefill64 = 0, prefill512 = 0, decode = 0, ttft512 = 0;
+};
+
+// One repetition: prefill of 64 and 512 tokens, then `tokens` decode steps after the 64.
+Figures measure(models::Gemma3Model& model, const std::vector<int32_t>& p64, const std::vector<int32_t>& p512,
+                int tokens) {
+  Figures f;
+  models::GenerateStats st;
+  or_die(models::generate(model, p512, 1, nullptr, {}, &st), "prefill 512");
+  f.prefill512 = st.prompt_tokens / st.prefill_seconds;
+  f.ttft512 = st.prefill_seconds;
+  or_die(models::generate(model, p64, tokens + 1, nullptr, {}, &st), "decode");
+  f.prefill64 = st.prompt_tokens / st.prefill_seconds;
+  f.decode = st.decode_steps / st.decode_seconds;
+  return f;
+}
+
+// Matrix FLOPs of one prompt token (projections and MLP) and of its attention at
+// position `pos` (QK^T and PV over the attended positions).
+double matmul_flops_per_token(const models::Gemma3Config& c) {
+  const double hidden = c.hidden, q = double(c.n_heads) * c.head_dim, kv = double(c.n_kv_heads) * c.head_dim;
+  return 2.0 * c.n_layers * (hidden * (q + 2 * kv) + q * hidden + 3 * hidden * c.ffn);
+}
+double attention_flops(const models::Gemma3Config& c, int pos) {
+  double f = 0;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const double len = c.is_global(l) ? pos + 1 : std::min<double>(pos + 1, c.sliding_window);
+    f += 4.0 * c.n_heads * c.head_dim * len;
+  }
+  return f;
+}
+
+// Where a chunk of T tokens goes: each distinct matrix product and attention of the
+// chunk timed alone on the same simulated NPU (random data of the real shapes), times
+// its count per chunk; the rest of the measured chunk time is the small operators.
+void print_breakdown(const models::GgufFile& file, const models::Gemma3Config& c, uint32_t cores, uint32_t T,
+                     double chunk_seconds) {
+  hal::SimOptions so;
+  so.num_cores = cores;
+  struct Part {
+    std::string what;
+    double seconds = 0;
+  };
+  std::map<std::string, Part> parts;  // by tensor role
+  const uint64_t hidden = c.hidden, q = uint64_t(c.n_heads) * c.head_dim, kv = uint64_t(c.n_kv_heads) * c.head_dim;
+  const std::map<std::string, std::pair<uint64_t, uint64_t>> shapes = {
+      {"attn_q", {q, hidden}},          {"attn_k", {kv, hidden}},     {"attn_v", {kv, hidden}},
+      {"attn_output", {hidden, q}},     {"ffn_gate", {c.ffn, hidden}}, {"ffn_up", {c.ffn, hidden}},
+      {"ffn_down", {hidden, c.ffn}}};
+  std::map<std::string, double> timed;  // one run per (role, dtype)
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (const auto& [role, mk] : shapes) {
+      const models::GgufTensor* t = file.tensor(models::gemma3_block_tensor(l, role.c_str()));
+      const std::string key = role + " " + std::string(isa::dtype_name(t->dtype));
+      if (!timed.count(key)) {
+        ops::WeightGemm op({.m = mk.first, .k = mk.second, .rows = T, .weight = t->dtype});
+        bench::OpRunner run(op, {}, so);
+        std::vector<double> s;
+        for (int i = 0; i < 3; ++i) {
+          const auto t0 = Clock::now();
+          run.run();
+          s.push_back(seconds_since(t0));
+        }
+        timed[key] = median(s);
+      }
+      parts[role].what = "weight_gemm " + role;
+      parts[role].seconds += timed[key];
+    }
+  }
+  for (bool global : {false, true}) {
+    ops::PrefillAttention op({.n_heads = uint32_t(c.n_heads), .n_kv_heads = uint32_t(c.n_kv_heads),
+                              .head_dim = uint32_t(c.head_dim), .max_len = T, .tokens = T,
+                              .window = global ? 0u : uint32_t(c.sliding_window)});
+    bench::OpRunner run(op, {{"pos", 0}, {"rows", T}}, so);
+    std::vector<double> s;
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = Clock::now();
+      run.run();
+      s.push_back(seconds_since(t0));
+    }
+    int layers = 0;
+    for (int32_t l = 0; l < c.n_layers; ++l) layers += c.is_global(l) == global;
+    parts[global ? "~global" : "~local"] = {global ? "prefill_attention global" : "prefill_attention local",
+                                            median(s) * layers};
+  }
+  double sum = 0;
+  std::printf("  where a %u-token chunk's %.3f s go (operators timed alone, times their count):\n", T, chunk_seconds);
+  for (const auto& [k, p] : parts) {
+    sum += p.seconds;
+    std::printf("    %-28s %8.3f s  %5.1f%%\n", p.what.c_str(), p.seconds, 100 * p.seconds / chunk_seconds);
+  }
+  std::printf("    %-28s %8.3f s  %5.1f%%\n", "rest (norms, RoPE, KV append, adds, LM head, launches)",
+              chunk_seconds - sum, 100 * (chunk_seconds - sum) / chunk_seconds);
+}
+
+// The tile matrix multiply's peak on this simulated NPU: every core multiplying local
+// tiles of WeightGemm's shape (64 x 256 by 256 x 64, B in place) in a loop, with no
+// memory traffic. GFLOP/s, median of 5 launches.
+class TileMatmulLoop final : public ops::Operator {
+ public:
+  static constexpr int kRounds = 200, kM = 64, kK = 256, kN = 64;
+  explicit TileMatmulLoop(uint32_t cores) : cores_(cores) {}
+  std::string name() const override { return "tile_matmul_loop"; }
+  Status validate() const override { return Status(); }
+  std::vector<ops::OpArg> signature() const override { return {}; }
+  double flops() const { return 2.0 * kM * kK * kN * kRounds * cores_; }
+
+ protected:
+  StatusOr<uint32_t> emit(ops::EmitContext& ctx) const override {
+    isa::KernelBuilder& b = ctx.builder;
+    const isa::Reg one{0}, rounds{1};
+    const isa::Tile a{0}, bt{1}, c{2};
+    b.tdef(a, isa::DType::kF32, kM, kK, 0);
+    b.tdef(bt, isa::DType::kF32, kK, kN, kM * kK * 4);
+    b.tdef(c, isa::DType::kF32, kM, kN, (kM * kK + kK * kN) * 4);
+    b.li(one, std::bit_cast<uint32_t>(1e-3f));
+    b.tfill(a, one);
+    b.tfill(bt, one);
+    b.tfill(c, one);
+    b.li(rounds, kRounds);
+    b.loop_begin(rounds);
+    b.tmma(c, a, bt, isa::kAccumulate);
+    b.loop_end();
+    b.reserve_local((kM * kK + kK * kN + kM * kN) * 4);
+    return cores_;
+  }
+  void compute_reference(std::span<const ops::HostArg>) const override {}
+
+ private:
+  uint32_t cores_;
+};
+
+double tile_matmul_peak_gflops(uint32_t cores) {
+  hal::SimOptions so;
+  so.num_cores = cores;
+  TileMatmulLoop op(cores);
+  bench::OpRunner run(op, {}, so);
+  std::vector<double> s;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    run.run();
+    s.push_back(seconds_since(t0));
+  }
+  return op.flops() / median(s) / 1e9;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path = std::getenv("NPURT_MODEL") ? std::getenv("NPURT_MODEL") : "models/gemma-3-270m-q4_k_m.gguf";
-  int tokens = 64, reps = 5, cores = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--model")) path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--tokens")) tokens = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--cores")) cores = std::atoi(argv[i + 1]);
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const bool has = i + 1 < argc;
+    if (!std::strcmp(argv[i], "--peer-json")) a.peer_json = true;
+    else if (has && !std::strcmp(argv[i], "--model")) a.model = argv[++i];
+    else if (has && !std::strcmp(argv[i], "--tokens")) a.tokens = std::atoi(argv[++i]);
+    else if (has && !std::strcmp(argv[i], "--reps")) a.reps = std::atoi(argv[++i]);
+    else if (has && !std::strcmp(argv[i], "--cores")) a.cores = std::atoi(argv[++i]);
+    else if (has && !std::strcmp(argv[i], "--prefill-chunk")) a.chunk = std::atoi(argv[++i]);
+    else if (has && !std::strcmp(argv[i], "--prompt-file")) a.prompt_file = argv[++i];
+    else {
+      std::fprintf(stderr, "model_bench: unknown or incomplete option %s\n", argv[i]);
+      return 1;
+    }
   }
-  if (!std::filesystem::is_regular_file(path)) {
-    std::fprintf(stderr, "model_bench: no model at %s (run `make model` or pass --model)\n", path.c_str());
+  if (!std::filesystem::is_regular_file(a.model)) {
+    std::fprintf(stderr, "model_bench: no model at %s (run `make model` or pass --model)\n", a.model.c_str());
     return 1;
   }
-  if (tokens < 2 || reps < 1 || cores < 1) {
-    std::fprintf(stderr, "model_bench: --tokens must be >= 2, --reps and --cores >= 1\n");
+  if (a.tokens < 2 || a.reps < 1 || a.cores < 1 || a.chunk < 0) {
+    std::fprintf(stderr, "model_bench: --tokens must be >= 2, --reps and --cores >= 1, --prefill-chunk >= 0\n");
     return 1;
   }
-  models::GgufFile file = or_die(models::GgufFile::open(path), "open");
+  std::ifstream in(a.prompt_file);
+  if (!in) {
+    std::fprintf(stderr, "model_bench: cannot read the prompt file %s\n", a.prompt_file.c_str());
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  models::GgufFile file = or_die(models::GgufFile::open(a.model), "open");
   models::Tokenizer tok = or_die(models::Tokenizer::from_gguf(file), "tokenizer");
-  const std::vector<int32_t> prompt = or_die(
-      tok.encode("Write a short story about a lighthouse keeper who finds a message in a bottle on a stormy night."),
-      "encode");
+  const std::vector<int32_t> p64 = prompt_of(tok, text.str(), 64), p512 = prompt_of(tok, text.str(), 512);
+  const uint32_t cores = static_cast<uint32_t>(a.cores);
+  const uint32_t context = 512 + static_cast<uint32_t>(a.tokens) + 1;
+  models::Gemma3Options mo{.max_context = context, .prefill_chunk = static_cast<uint32_t>(a.chunk)};
 
+  if (a.peer_json) {
+    auto sim = or_die(models::SimGemma3::load(file, cores, mo), "load");
+    const Figures f = measure(sim->model(), p64, p512, a.tokens);
+    std::printf(
+        "{\"prefill_64_tokens_per_s\": %.3f, \"prefill_512_tokens_per_s\": %.3f, \"decode_128_tokens_per_s\": %.3f, "
+        "\"ttft_512_s\": %.4f, \"host_threads\": %u, \"prefill_chunk\": %d, \"cores\": %d}\n",
+        f.prefill64, f.prefill512, f.decode, f.ttft512, std::thread::hardware_concurrency(), a.chunk, a.cores);
+    return 0;
+  }
+
+  // Before any model is loaded: no other device's threads compete.
+  const double peak = tile_matmul_peak_gflops(cores);
   std::vector<double> load_s;
   for (int r = 0; r < 3; ++r) {
     const auto t = Clock::now();
-    auto sim = load(file, static_cast<uint32_t>(cores), static_cast<uint32_t>(prompt.size() + tokens));
+    auto sim = or_die(models::SimGemma3::load(file, cores, mo), "load");
     load_s.push_back(seconds_since(t));
   }
-  auto sim = load(file, static_cast<uint32_t>(cores), static_cast<uint32_t>(prompt.size() + tokens));
+  auto sim = or_die(models::SimGemma3::load(file, cores, mo), "load");
   models::Gemma3Model& model = sim->model();
 
-  // Decode runs and DRAM reads alternate, so both see the same machine state.
+  // Model runs and DRAM reads alternate, so both see the same machine state.
   bench::StreamRead read;
-  std::vector<double> prefill_tps, decode_tps, read_gbs;
-  for (int r = 0; r < reps; ++r) {
+  std::vector<double> p64_tps, p512_tps, ttft, decode_tps, single64_tps, read_gbs;
+  for (int r = 0; r < a.reps; ++r) {
     const auto t = Clock::now();
     volatile uint64_t sink = read.run();
     (void)sink;
     read_gbs.push_back(read.bytes() / seconds_since(t) / 1e9);
+    const Figures f = measure(model, p64, p512, a.tokens);
+    p64_tps.push_back(f.prefill64);
+    p512_tps.push_back(f.prefill512);
+    ttft.push_back(f.ttft512);
+    decode_tps.push_back(f.decode);
+    // The same 64 tokens one decode step at a time, for the speed-up of batching.
+    const uint32_t chunk = model.prefill_chunk();
+    or_die(StatusOr<int>(model.set_prefill_chunk(0).ok() ? 0 : -1), "chunk");
     models::GenerateStats st;
-    or_die(models::generate(model, prompt, tokens, nullptr, {}, &st), "generate");
-    prefill_tps.push_back(st.prompt_tokens / st.prefill_seconds);
-    decode_tps.push_back(st.decode_steps / st.decode_seconds);
+    or_die(models::generate(model, p64, 1, nullptr, {}, &st), "token by token");
+    single64_tps.push_back(st.prompt_tokens / st.prefill_seconds);
+    (void)model.set_prefill_chunk(chunk);
   }
+  const models::Gemma3Config& c = model.config();
   const double bytes = static_cast<double>(model.weight_bytes_per_step());
   const double floor_tps = median(read_gbs) * 1e9 / bytes;
   const double decode = median(decode_tps);
-  std::printf("Gemma-3 on the simulated NPU (%s, %d cores), %d repetitions, medians\n", path.c_str(), cores, reps);
-  std::printf("  weights read per token      %10.1f MB\n", bytes / 1e6);
-  std::printf("  launches per token          %10zu\n", model.launches_per_step());
-  std::printf("  model load (file->device)   %10.2f s\n", median(load_s));
-  std::printf("  prefill (%zu tokens)         %10.1f tokens/s\n", prompt.size(), median(prefill_tps));
-  std::printf("  decode (%d tokens)           %10.1f tokens/s\n", tokens - 1, decode);
-  std::printf("  DRAM read (4 streams/thread) %9.1f GB/s\n", median(read_gbs));
-  std::printf("  bandwidth floor              %9.1f tokens/s\n", floor_tps);
-  std::printf("  decode / floor               %9.2f   (target >= 0.60)\n", decode / floor_tps);
+  const unsigned threads = std::thread::hardware_concurrency();
+  const double fma_peak = bench::fma_peak_gflops() * threads;  // GFLOP/s of every host thread
+  // Average FLOPs per token of a 512-token prompt from position 0.
+  double attn = 0;
+  for (int pos = 0; pos < 512; ++pos) attn += attention_flops(c, pos);
+  const double flops512 = matmul_flops_per_token(c) + attn / 512;
+  const double compute_floor = peak * 1e9 / flops512;
+  std::printf("Gemma-3 on the simulated NPU (%s, %d cores, %u host threads), %d repetitions, medians\n",
+              a.model.c_str(), a.cores, threads, a.reps);
+  std::printf("  model load (file->device)      %10.2f s\n", median(load_s));
+  std::printf("  prefill chunk (compiled max)   %10u tokens\n", model.max_prefill_chunk());
+  std::printf("  prefill 64 tokens, batched     %10.1f tokens/s\n", median(p64_tps));
+  std::printf("  prefill 64 tokens, one by one  %10.1f tokens/s\n", median(single64_tps));
+  std::printf("  prefill 512 tokens, batched    %10.1f tokens/s  (time to first token %.3f s)\n", median(p512_tps),
+              median(ttft));
+  std::printf("  FLOPs per prompt token (512)   %10.1f MFLOP (%.1f of them attention)\n", flops512 / 1e6,
+              attn / 512 / 1e6);
+  std::printf("  tile matmul peak (local tiles) %10.1f GFLOP/s (FMA probe, %u threads: %.1f)\n", peak, threads,
+              fma_peak);
+  std::printf("  compute floor                  %10.1f tokens/s\n", compute_floor);
+  std::printf("  prefill 512 / compute floor    %10.2f\n", median(p512_tps) / compute_floor);
+  std::printf("  weights read per decode token  %10.1f MB, %zu launches\n", bytes / 1e6, model.launches_per_step());
+  std::printf("  decode (%d tokens)             %10.1f tokens/s\n", a.tokens, decode);
+  std::printf("  DRAM read (4 streams/thread)   %10.1f GB/s\n", median(read_gbs));
+  std::printf("  bandwidth floor                %10.1f tokens/s\n", floor_tps);
+  std::printf("  decode / floor                 %10.2f   (target >= 0.60)\n", decode / floor_tps);
+  // Timed with the model's device gone, so its host threads do not compete.
+  const uint32_t T = model.max_prefill_chunk();
+  const models::Gemma3Config config = c;
+  sim.reset();
+  if (T > 0) print_breakdown(file, config, cores, T, T / median(p512_tps));
   return 0;
 }

@@ -15,6 +15,9 @@
 #include <cstdlib>
 #include <bit>
 #include <random>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "memory_peers.h"
 #include "npurt/isa/builder.h"
@@ -27,6 +30,8 @@
 #include "npurt/ops/rmsnorm.h"
 #include "npurt/ops/rope.h"
 #include "npurt/ops/softmax.h"
+#include "npurt/ops/weight_gemm.h"
+#include "fma_peak.h"
 #include "op_runner.h"
 #include "hal/sim/tile_kernels.h"
 #include "samples.h"
@@ -139,6 +144,41 @@ void BM_GemmBf16VsSgemm(benchmark::State& state) {
   state.counters["target_ratio"] = 0.5;
 }
 BENCHMARK(BM_GemmBf16VsSgemm)->Arg(1024)->ArgName("n")->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Batched prefill's matrix product: T prompt rows times a Gemma-3-270M weight in its
+// stored type (ffn_up q5_0 2048x640, ffn_down q4_K 640x2048), against OpenBLAS sgemm
+// of the same shape on f32 weights (the same FLOPs), alternating in the same run.
+void BM_WeightGemmVsSgemm(benchmark::State& state) {
+  const auto t = static_cast<uint64_t>(state.range(0));
+  const auto weight = static_cast<DType>(state.range(1));
+  const uint64_t m = weight == DType::kQ4_K ? 640 : 2048, k = weight == DType::kQ4_K ? 2048 : 640;
+  OpRunner ours(ops::WeightGemm({.m = m, .k = k, .rows = t, .weight = weight}));
+  const auto x = random_f32(t * k), w = random_f32(m * k);
+  std::vector<float> y(t * m);
+  blas_threads();
+  Samples mine, peer;
+  for (auto _ : state) {
+    mine.time([&] { ours.run(); });
+    peer.time([&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t), int(m), int(k), 1.f, x.data(), int(k), w.data(),
+                  int(k), 0.f, y.data(), int(m));
+      benchmark::DoNotOptimize(y.data());
+    });
+  }
+  const double flops = 2.0 * double(t) * double(m) * double(k);
+  const double ours_gflops = flops / mine.median() / 1e9, peer_gflops = flops / peer.median() / 1e9;
+  state.SetLabel(std::string(isa::dtype_name(weight)) + " " + std::to_string(m) + "x" + std::to_string(k));
+  state.counters["median_ms"] = mine.median() * 1e3;
+  state.counters["GFLOPs"] = ours_gflops;
+  state.counters["sgemm_GFLOPs"] = peer_gflops;
+  state.counters["ratio_to_sgemm"] = ours_gflops / peer_gflops;
+  state.counters["fma_peak_GFLOPs"] = fma_peak_gflops() * std::thread::hardware_concurrency();
+}
+BENCHMARK(BM_WeightGemmVsSgemm)
+    ->ArgsProduct({{1, 64, 128, 512}, {static_cast<int>(DType::kQ5_0), static_cast<int>(DType::kQ4_K)}})
+    ->ArgNames({"rows", "dtype"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // An empty one-block kernel: the launch-to-completion floor of the device.
 class EmptyOp final : public ops::Operator {

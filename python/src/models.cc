@@ -30,7 +30,8 @@ std::string default_model_path() {
 // Owns everything a loaded model uses (the file outlives the model). One generate() at a time (mu_), with the GIL released.
 class Gemma3 {
  public:
-  Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context) {
+  Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context,
+         uint32_t prefill_chunk) {
     if (device != "sim" && device != "host") {
       raise_status(Status(StatusCode::kInvalidArgument, "unknown device '" + device + "' (expected 'sim' or 'host')"));
     }
@@ -38,7 +39,7 @@ class Gemma3 {
     Status s;
     {
       nb::gil_scoped_release release;
-      s = load(device, cores, max_context);
+      s = load(device, cores, max_context, prefill_chunk);
     }
     check(s);
   }
@@ -88,10 +89,22 @@ class Gemma3 {
     return tokenizer_->decode(take(std::move(out)));
   }
 
+  // Prompt tokens per batched prefill call on the device (0: token by token).
+  uint32_t prefill_chunk() const { return sim_ ? sim_->model().prefill_chunk() : 0; }
+  void set_prefill_chunk(uint32_t chunk) {
+    if (!sim_) {
+      if (chunk != 0) raise_status(Status(StatusCode::kInvalidArgument, "the host oracle prefills token by token"));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    check(sim_->model().set_prefill_chunk(chunk));
+  }
+
   nb::dict stats() const {
     nb::dict d;
     d["prompt_tokens"] = stats_.prompt_tokens;
     d["prefill_seconds"] = stats_.prefill_seconds;
+    d["time_to_first_token"] = stats_.prefill_seconds;
     d["generated_tokens"] = stats_.generated_tokens;
     d["decode_steps"] = stats_.decode_steps;
     d["decode_seconds"] = stats_.decode_seconds;
@@ -99,7 +112,7 @@ class Gemma3 {
   }
 
  private:
-  Status load(const std::string& device, uint32_t cores, uint32_t max_context) {
+  Status load(const std::string& device, uint32_t cores, uint32_t max_context, uint32_t prefill_chunk) {
     NPURT_ASSIGN_OR_RETURN(models::GgufFile file, models::GgufFile::open(path_));
     file_ = std::make_unique<models::GgufFile>(std::move(file));
     NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*file_));
@@ -114,6 +127,7 @@ class Gemma3 {
     }
     models::Gemma3Options mo;
     mo.max_context = max_context;
+    mo.prefill_chunk = prefill_chunk;
     NPURT_ASSIGN_OR_RETURN(sim_, models::SimGemma3::load(*file_, cores, mo));
     model_ = &sim_->model();
     return Status();
@@ -138,8 +152,12 @@ void bind_models(nb::module_& m) {
                      "Gemma-3 greedy decoding from a GGUF file (default: $NPURT_MODEL, else the file "
                      "`make model` installs), on a simulated NPU of its own ('sim') or the f32 host "
                      "oracle ('host').")
-      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t>(), nb::arg("path") = nb::none(),
-           nb::kw_only(), nb::arg("device") = "sim", nb::arg("cores") = 8, nb::arg("max_context") = 4096)
+      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t>(),
+           nb::arg("path") = nb::none(), nb::kw_only(), nb::arg("device") = "sim", nb::arg("cores") = 8,
+           nb::arg("max_context") = 4096, nb::arg("prefill_chunk") = models::Gemma3Options::kDefaultPrefillChunk)
+      .def_prop_rw("prefill_chunk", &Gemma3::prefill_chunk, &Gemma3::set_prefill_chunk,
+                   "prompt tokens per batched prefill call (0: token by token); at most the chunk the "
+                   "model was loaded with")
       .def_prop_ro("path", &Gemma3::path)
       .def_prop_ro(
           "config",
@@ -167,8 +185,8 @@ void bind_models(nb::module_& m) {
       .def("generate_ids", &Gemma3::generate_ids, nb::arg("prompt_ids"), nb::arg("max_tokens") = 32,
            "greedy token ids after `prompt_ids`")
       .def_prop_ro("stats", &Gemma3::stats,
-                   "figures of the last generate(): prompt_tokens, prefill_seconds, generated_tokens, "
-                   "decode_steps, decode_seconds");
+                   "figures of the last generate(): prompt_tokens, prefill_seconds, time_to_first_token, "
+                   "generated_tokens, decode_steps, decode_seconds");
 }
 
 }  // namespace npurt::python

@@ -89,6 +89,7 @@ int run_generate(const GenerateArgs& args) {
     ProgressBar bar;
     models::Gemma3Options mo;
     mo.max_context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
+    mo.prefill_chunk = args.prefill_chunk;
     StatusOr<std::unique_ptr<models::SimGemma3>> loaded = models::SimGemma3::load(
         *file, args.cores, mo, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
     if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
@@ -116,10 +117,15 @@ int run_generate(const GenerateArgs& args) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!out.ok()) return fail(out.status().to_string());
-  std::fprintf(stderr, "device %s: load %.2f s; prefill %d tokens, %.1f tokens/s; decode %d tokens, %.1f tokens/s\n",
+  std::fprintf(stderr,
+               "device %s: load %.2f s; prefill %d tokens, %.1f tokens/s (%s); time to first token %.3f s; "
+               "decode %d tokens, %.1f tokens/s\n",
                args.device.c_str(), load_seconds, stats.prompt_tokens,
-               per_second(stats.prompt_tokens, stats.prefill_seconds), stats.decode_steps,
-               per_second(stats.decode_steps, stats.decode_seconds));
+               per_second(stats.prompt_tokens, stats.prefill_seconds),
+               args.device == "sim" && args.prefill_chunk > 0
+                   ? ("chunks of " + std::to_string(sim->model().prefill_chunk())).c_str()
+                   : "token by token",
+               stats.prefill_seconds, stats.decode_steps, per_second(stats.decode_steps, stats.decode_seconds));
   return 0;
 }
 

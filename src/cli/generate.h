@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "npurt/models/gemma3_model.h"
+
 namespace npurt::cli {
 
 struct GenerateArgs {
@@ -12,6 +14,7 @@ struct GenerateArgs {
   int max_tokens = 32;
   std::string device = "sim";  // sim (the simulated NPU) or host (the f32 host oracle)
   uint32_t cores = 8;
+  uint32_t prefill_chunk = models::Gemma3Options::kDefaultPrefillChunk;
 };
 
 // $NPURT_MODEL when set, else where `make model` installs the file.

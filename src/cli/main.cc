@@ -7,6 +7,7 @@
 
 #include "cli/generate.h"
 #include "npurt/isa/disasm.h"
+#include "npurt/version.h"
 
 namespace npurt::cli {
 int run_demo(uint32_t cores, bool sanitize, uint32_t seed);
@@ -36,6 +37,7 @@ int disasm_file(const std::string& path) {
 int main(int argc, char** argv) {
   CLI::App app{"npurt: run compiled operators on NPUs (default device: the simulated NPU)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "npurt " NPURT_VERSION_STRING);
 
   uint32_t cores = 8, seed = 1;
   bool sanitize = false;
@@ -63,6 +65,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_option("--cores", gen.cores, "logical cores of the simulated NPU")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  generate->add_option("--prefill-chunk", gen.prefill_chunk,
+                       "prompt tokens per batched prefill call (0: token by token)")
+      ->check(CLI::Range(0, 4096))
       ->capture_default_str();
 
   std::string model;

@@ -216,7 +216,9 @@ bool is_intermediate(const BufferInfo& info) {
 // Lays out every buffer; intermediates are packed so that two share bytes only when
 // their step intervals are disjoint.
 std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::string>& inputs,
-                                     const std::vector<std::string>& outputs, uint64_t arena_bytes[3]) {
+                                     const std::vector<std::string>& outputs,
+                                     const std::map<std::string, View, std::less<>>& shared,
+                                     uint64_t arena_bytes[3]) {
   std::vector<BufferPlacement> placed;
   const auto place = [&](const std::string& name, Arena arena, uint64_t align) {
     const BufferInfo& info = an.buffers.at(name);
@@ -237,7 +239,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
   const std::set<std::string> io(inputs.begin(), inputs.end());
   const std::set<std::string> outs(outputs.begin(), outputs.end());
   for (const auto& [name, info] : an.buffers) {
-    if (io.count(name) || outs.count(name)) continue;
+    if (io.count(name) || outs.count(name) || shared.count(name)) continue;
     if (is_intermediate(info)) {
       intermediates.push_back({name, info.uses.front().step, info.uses.back().step,
                                isa::dtype_bytes(info.dtype, info.elements)});
@@ -276,6 +278,11 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
 
 StatusOr<View> CompiledSequence::resolve(std::string_view binding) const {
   NPURT_ASSIGN_OR_RETURN(BufferRef ref, parse_ref(binding));
+  if (const auto sh = shared_.find(ref.name); sh != shared_.end()) {
+    if (!ref.slice) return sh->second;
+    return Status(StatusCode::kInvalidArgument, "slice '" + std::string(binding) + "' of shared buffer '" + ref.name +
+                                                    "': shared buffers are bound whole");
+  }
   const auto it = std::find_if(placements_.begin(), placements_.end(),
                                [&](const BufferPlacement& p) { return p.name == ref.name; });
   if (it == placements_.end()) {
@@ -370,7 +377,20 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
   seq->prime_stream_ = options.prime_stream;
   seq->outputs_ = outputs_;
   uint64_t arena_bytes[3] = {0, 0, 0};
-  seq->placements_ = lay_out(an, inputs_, outputs_, arena_bytes);
+  for (const auto& [name, view] : options.shared) {
+    const auto it = an.buffers.find(name);
+    if (it == an.buffers.end()) return Status(StatusCode::kInvalidArgument, "shared buffer '" + name + "' is bound by no step");
+    const uint64_t bytes = isa::dtype_bytes(it->second.dtype, it->second.elements);
+    if (view.size() != bytes) {
+      return Status(StatusCode::kInvalidArgument, "shared buffer '" + name + "' is " + std::to_string(view.size()) +
+                                                      " bytes; the sequence binds " + std::to_string(bytes));
+    }
+    if (std::count(inputs_.begin(), inputs_.end(), name) || std::count(outputs_.begin(), outputs_.end(), name)) {
+      return Status(StatusCode::kInvalidArgument, "shared buffer '" + name + "' cannot be an input or output");
+    }
+  }
+  seq->shared_ = options.shared;
+  seq->placements_ = lay_out(an, inputs_, outputs_, options.shared, arena_bytes);
   static const char* kArenaNames[3] = {"inputs", "outputs", "scratch"};
   for (int a = 0; a < 3; ++a) {
     if (arena_bytes[a] == 0) continue;

@@ -175,8 +175,10 @@ void KernelBuilder::tst(Tile src, uint8_t arg, Reg offset, DType gm_dtype, std::
   emit(make(Opcode::kTst, src.index, arg, offset.index, opt(row_stride), u8(gm_dtype)));
 }
 
-void KernelBuilder::tldq(Tile dst, uint8_t arg, Reg offset, Reg row_stride_bytes, DType quant_dtype) {
-  emit(make(Opcode::kTldq, dst.index, arg, offset.index, row_stride_bytes.index, u8(quant_dtype)));
+void KernelBuilder::tldq(Tile dst, uint8_t arg, Reg offset, Reg row_stride_bytes, DType quant_dtype,
+                         bool transposed) {
+  emit(make(Opcode::kTldq, dst.index, arg, offset.index, row_stride_bytes.index, u8(quant_dtype),
+            transposed ? kTransB : uint8_t{0}));
 }
 
 void KernelBuilder::tgather(Tile dst, uint8_t arg, Tile indices, Reg row_pitch_bytes, DType gm_dtype) {

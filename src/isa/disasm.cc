@@ -122,7 +122,7 @@ std::string insn_text(const Insn& i) {
     case Opcode::kTdef: return tdef_text(i);
     case Opcode::kTld: return memory_text("tld", i, "stride");
     case Opcode::kTst: return memory_text("tst", i, "stride");
-    case Opcode::kTldq: return memory_text("tldq", i, "stride_bytes");
+    case Opcode::kTldq: return memory_text("tldq", i, "stride_bytes") + (i.flags & kTransB ? ", trans" : "");
     case Opcode::kTgather:
       return "tgather " + tile(i.a) + ", " + arg(i.b) + "[" + tile(i.c) + "], pitch_bytes " + reg(i.d) +
              ", " + dtype(i.sub);

@@ -66,6 +66,7 @@ enum class FlagKind : uint8_t {
   kBcastRequired,  // kBcastRow or kBcastCol
   kMma,            // any combination of kTransB | kAccumulate
   kAccumulate,     // zero or kAccumulate
+  kTransOptional,  // zero or kTransB
 };
 
 // What the immediate holds.
@@ -103,7 +104,7 @@ const OpSpec* op_spec(uint8_t op) {
   static constexpr OpSpec kTdef{{T, OR, OR, OR, U}, SubKind::kPlainType, FlagKind::kUnused, ImmKind::kTdef};
   static constexpr OpSpec kTld{{T, LA, R, OR, U}, SubKind::kPlainType};
   static constexpr OpSpec kTst{{T, SA, R, OR, U}, SubKind::kPlainType};
-  static constexpr OpSpec kTldq{{T, LA, R, R, U}, SubKind::kQuantType};
+  static constexpr OpSpec kTldq{{T, LA, R, R, U}, SubKind::kQuantType, FlagKind::kTransOptional};
   static constexpr OpSpec kTgather{{T, LA, T, R, U}, SubKind::kAnyType};
   static constexpr OpSpec kTfill{{T, R, U, U, U}};
   static constexpr OpSpec kTileTile{{T, T, U, U, U}};
@@ -262,6 +263,9 @@ InsnIssue check_flags(FlagKind kind, uint8_t flags) {
       return {};
     case FlagKind::kAccumulate:
       if ((flags & ~kAccumulate) != 0) return {"flags: bits other than kAccumulate", flags};
+      return {};
+    case FlagKind::kTransOptional:
+      if ((flags & ~kTransB) != 0) return {"flags: bits other than kTransB", flags};
       return {};
   }
   return {};

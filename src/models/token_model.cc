@@ -12,6 +12,15 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
+StatusOr<int32_t> TokenModel::prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return Status(StatusCode::kInvalidArgument, "prefill: no tokens");
+  int32_t next = 0;
+  for (int32_t tok : tokens) {
+    NPURT_ASSIGN_OR_RETURN(next, step(tok));
+  }
+  return next;
+}
+
 StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int32_t>& prompt, int max_new_tokens,
                                         const Tokenizer* stop, const std::function<void(int32_t)>& on_token,
                                         GenerateStats* stats) {
@@ -25,10 +34,7 @@ StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int
   st = GenerateStats{};
   NPURT_RETURN_IF_ERROR(model.reset());
   auto t0 = std::chrono::steady_clock::now();
-  int32_t next = 0;
-  for (int32_t tok : prompt) {
-    NPURT_ASSIGN_OR_RETURN(next, model.step(tok));
-  }
+  NPURT_ASSIGN_OR_RETURN(int32_t next, model.prefill(prompt));
   st.prompt_tokens = static_cast<int>(prompt.size());
   st.prefill_seconds = seconds_since(t0);
 

@@ -7,6 +7,7 @@
 
 #include "npurt/isa/builder.h"
 #include "ops/emit_util.h"
+#include "ops/online_softmax.h"
 
 namespace npurt::ops {
 
@@ -154,17 +155,7 @@ void emit_tile(isa::KernelBuilder& b, const DecodeAttentionParams& p, const Layo
   b.tdef(kScores, DType::kF32, static_cast<int>(lay.heads), kRows, static_cast<uint32_t>(lay.scores()));
   b.tld(kKv, k_cache, kKvOff, p.kv_dtype, kStride);
   b.tmma(kScores, kQ, kKv, isa::kTransB);  // every head of the unit against the tile
-  b.tred(isa::RedOp::kMax, kTileMax, kScores);
-  b.tbin(BinOp::kMax, kTileMax, kTileMax, kMax);  // m_new
-  b.tbin(BinOp::kSub, kRescale, kMax, kTileMax);
-  b.tun(isa::UnOp::kExp, kRescale, kRescale);
-  b.tbin(BinOp::kMax, kMax, kMax, kTileMax);
-  b.tbin(BinOp::kSub, kScores, kScores, kTileMax, isa::kBcastCol);
-  b.tun(isa::UnOp::kExp, kScores, kScores);
-  b.tred(isa::RedOp::kSum, kTileSum, kScores);
-  b.tbin(BinOp::kMul, kSum, kSum, kRescale);
-  b.tbin(BinOp::kAdd, kSum, kSum, kTileSum);
-  b.tbin(BinOp::kMul, kO, kO, kRescale, isa::kBcastCol);
+  emit_online_softmax_fold(b, {kMax, kTileMax, kRescale, kSum, kTileSum, kScores, kO});
   b.tld(kKv, v_cache, kKvOff, p.kv_dtype, kStride);  // V replaces K: the scores are computed
   b.tmma(kO, kScores, kKv, isa::kAccumulate);
   b.alui(AluOp::kAdd, kKvOff, kKvOff, tile_t * position_bytes(p));

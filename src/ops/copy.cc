@@ -80,7 +80,9 @@ void Copy::compute_reference(std::span<const HostArg> args) const {
 
 std::string StridedCopy::name() const {
   return "strided_copy " + dtypes(p_.src_dtype, p_.dst_dtype) + " " + std::to_string(p_.rows) + "x" +
-         std::to_string(p_.cols) + " into " + std::to_string(dst_rows()) + (p_.dst_row_runtime ? " at dst_row" : "");
+         std::to_string(p_.cols) + " into " + std::to_string(dst_rows()) + (p_.dst_row_runtime ? " at dst_row" : "") +
+         (p_.src_row_runtime ? " from src_row of " + std::to_string(src_rows()) : "") +
+         (p_.rows_runtime ? " (runtime rows)" : "");
 }
 
 Status StridedCopy::validate() const {
@@ -95,6 +97,8 @@ Status StridedCopy::validate() const {
     return invalid_param(op, src_stride() > (uint64_t{1} << 40) ? "src_stride" : "dst_stride", "must be <= 2^40");
   }
   if (dst_rows() < p_.rows) return invalid_param(op, "dst_rows", "must be >= rows");
+  if (src_rows() < p_.rows) return invalid_param(op, "src_rows", "must be >= rows");
+  if (src_rows() > UINT32_MAX) return invalid_param(op, "src_rows", "must be < 2^32");
   if (dst_rows() > UINT32_MAX) return invalid_param(op, "dst_rows", "must be < 2^32");
   if (!is_float_io(p_.src_dtype)) return invalid_param(op, "src_dtype", "must be f32, bf16 or f16");
   if (!is_float_io(p_.dst_dtype)) return invalid_param(op, "dst_dtype", "must be f32, bf16 or f16");
@@ -103,9 +107,11 @@ Status StridedCopy::validate() const {
 
 std::vector<OpArg> StridedCopy::signature() const {
   std::vector<OpArg> s{
-      OpArg::buffer("src", isa::Access::kIn, p_.src_dtype, (p_.rows - 1) * src_stride() + p_.cols),
+      OpArg::buffer("src", isa::Access::kIn, p_.src_dtype, (src_rows() - 1) * src_stride() + p_.cols),
       OpArg::buffer("dst", isa::Access::kInOut, p_.dst_dtype, (dst_rows() - 1) * dst_stride() + p_.cols)};
   if (p_.dst_row_runtime) s.push_back(OpArg::scalar("dst_row", DType::kI32));
+  if (p_.src_row_runtime) s.push_back(OpArg::scalar("src_row", DType::kI32));
+  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -128,12 +134,19 @@ StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
   const uint8_t dst = ctx.arg("dst");
   const uint8_t dst_row = p_.dst_row_runtime ? ctx.arg("dst_row") : 0;
   const Reg bid{0}, first{1}, count{2}, left{3}, rows{4}, src_off{5}, dst_off{6}, bytes{7}, src_pitch{8},
-      dst_pitch{9}, row0{10};
+      dst_pitch{9}, row0{10}, total{11}, tiles{12}, per{13};
   const Tile t{0};
   b.block_id(bid);
-  emit_block_range(b, bid, static_cast<int64_t>(chunks), grid, first, count);
+  emit_row_tiles(b, ctx, p_.rows_runtime, p_.rows, 1, rpt, grid, {bid, total, tiles, per, first, count});
   b.alui(AluOp::kMul, row0, first, static_cast<int64_t>(rpt));
-  b.alui(AluOp::kMul, src_off, row0, src_row_bytes);
+  if (p_.src_row_runtime) {
+    // As for dst_row: an offset outside src makes the load fault.
+    b.arg_value(bytes, ctx.arg("src_row"));
+    b.alu(AluOp::kAdd, src_off, row0, bytes);
+    b.alui(AluOp::kMul, src_off, src_off, src_row_bytes);
+  } else {
+    b.alui(AluOp::kMul, src_off, row0, src_row_bytes);
+  }
   if (p_.dst_row_runtime) {
     // A negative or too large dst_row yields an offset outside dst: the store faults.
     b.arg_value(bytes, dst_row);
@@ -141,7 +154,7 @@ StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
   }
   b.alui(AluOp::kMul, dst_off, row0, dst_row_bytes);
   b.alui(AluOp::kMul, left, first, -static_cast<int64_t>(rpt));
-  b.alui(AluOp::kAdd, left, left, static_cast<int64_t>(p_.rows));
+  b.alu(AluOp::kAdd, left, left, total);
   b.li(src_pitch, static_cast<int64_t>(src_stride()));
   b.li(dst_pitch, static_cast<int64_t>(dst_stride()));
   b.loop_begin(count);
@@ -162,12 +175,16 @@ StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
 void StridedCopy::compute_reference(std::span<const HostArg> args) const {
   const std::vector<float> src = read_f32(args[0], p_.src_dtype);
   std::vector<float> dst = read_f32(args[1], p_.dst_dtype);
-  const int64_t first = p_.dst_row_runtime ? args[2].as_i64() : 0;
-  // The device faults on an out-of-range dst_row; the reference then writes nothing.
-  if (first < 0 || static_cast<uint64_t>(first) + p_.rows > dst_rows()) return;
-  for (uint64_t r = 0; r < p_.rows; ++r) {
+  size_t next = 2;
+  const int64_t first = p_.dst_row_runtime ? args[next++].as_i64() : 0;
+  const int64_t src_first = p_.src_row_runtime ? args[next++].as_i64() : 0;
+  const int64_t rows = p_.rows_runtime ? args[next].as_i64() : static_cast<int64_t>(p_.rows);
+  // The device faults on out-of-range rows; the reference then writes nothing.
+  if (first < 0 || src_first < 0 || rows < 0 || static_cast<uint64_t>(rows) > p_.rows) return;
+  if (static_cast<uint64_t>(first + rows) > dst_rows() || static_cast<uint64_t>(src_first + rows) > src_rows()) return;
+  for (int64_t r = 0; r < rows; ++r) {
     for (uint32_t c = 0; c < p_.cols; ++c) {
-      dst[(first + r) * dst_stride() + c] = src[r * src_stride() + c];
+      dst[(first + r) * dst_stride() + c] = src[(src_first + r) * src_stride() + c];
     }
   }
   write_f32(args[1], p_.dst_dtype, dst);

@@ -1,5 +1,6 @@
 #include "npurt/ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "npurt/isa/builder.h"
@@ -37,7 +38,8 @@ float gelu_tanh_ref(float x) {
 float silu_ref(float x) { return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x)))); }
 
 std::string Elementwise::name() const {
-  return std::string(kind_name(p_.kind)) + " " + std::string(isa::dtype_name(p_.dtype)) + " " + std::to_string(p_.n);
+  return std::string(kind_name(p_.kind)) + " " + std::string(isa::dtype_name(p_.dtype)) + " " + std::to_string(p_.n) +
+         (p_.row_elems ? " (runtime rows of " + std::to_string(p_.row_elems) + ")" : "");
 }
 
 Status Elementwise::validate() const {
@@ -48,6 +50,7 @@ Status Elementwise::validate() const {
   if (p_.n == 0) return invalid_param(op, "n", "must be > 0");
   if (!is_float_io(p_.dtype)) return invalid_param(op, "dtype", "must be f32, bf16 or f16");
   if (p_.tile > 16384) return invalid_param(op, "tile", "must be <= 16384 elements");
+  if (p_.row_elems && p_.n % p_.row_elems != 0) return invalid_param(op, "row_elems", "must divide n");
   return Status();
 }
 
@@ -55,6 +58,7 @@ std::vector<OpArg> Elementwise::signature() const {
   std::vector<OpArg> s{OpArg::buffer("a", isa::Access::kIn, p_.dtype, p_.n)};
   if (binary()) s.push_back(OpArg::buffer("b", isa::Access::kIn, p_.dtype, p_.n));
   s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, p_.n));
+  if (p_.row_elems) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -71,13 +75,15 @@ StatusOr<uint32_t> Elementwise::emit(EmitContext& ctx) const {
   const uint8_t a = ctx.arg("a");
   const uint8_t bb = binary() ? ctx.arg("b") : 0;
   const uint8_t out = ctx.arg("out");
-  const Reg bid{0}, first{1}, count{2}, off{3}, cols{4}, left{5}, bytes{6};
+  const Reg bid{0}, first{1}, count{2}, off{3}, cols{4}, left{5}, bytes{6}, total{7}, tiles{8}, per{9};
   const Tile ta{0}, tb{1};
   b.block_id(bid);
-  emit_block_range(b, bid, static_cast<int64_t>(chunks), grid, first, count);
+  // Rows of row_elems at run time, else n elements as one row.
+  const uint64_t row = p_.row_elems ? p_.row_elems : p_.n;
+  emit_row_tiles(b, ctx, p_.row_elems != 0, p_.n / row, row, tile, grid, {bid, total, tiles, per, first, count});
   b.alui(AluOp::kMul, off, first, static_cast<int64_t>(tile) * esize);  // byte offset of the first chunk
   b.alui(AluOp::kMul, left, first, -static_cast<int64_t>(tile));
-  b.alui(AluOp::kAdd, left, left, static_cast<int64_t>(p_.n));  // elements from the first chunk on
+  b.alu(AluOp::kAdd, left, left, total);  // elements from the first chunk on
   b.loop_begin(count);
   b.alui(AluOp::kMin, cols, left, static_cast<int64_t>(tile));  // the last tile may be short
   b.tdef(ta, DType::kF32, 1, cols, 0);
@@ -106,8 +112,11 @@ StatusOr<uint32_t> Elementwise::emit(EmitContext& ctx) const {
 void Elementwise::compute_reference(std::span<const HostArg> args) const {
   const std::vector<float> a = read_f32(args[0], p_.dtype);
   const std::vector<float> b = binary() ? read_f32(args[1], p_.dtype) : std::vector<float>();
-  std::vector<float> out(p_.n);
-  for (uint64_t i = 0; i < p_.n; ++i) {
+  const HostArg& out_arg = args[binary() ? 2 : 1];
+  std::vector<float> out = read_f32(out_arg, p_.dtype);
+  const uint64_t n =
+      p_.row_elems ? std::min<uint64_t>(p_.n, std::max<int64_t>(0, args.back().as_i64()) * p_.row_elems) : p_.n;
+  for (uint64_t i = 0; i < n; ++i) {
     switch (p_.kind) {
       case ElementwiseKind::kAdd: out[i] = a[i] + b[i]; break;
       case ElementwiseKind::kMul: out[i] = a[i] * b[i]; break;
@@ -116,7 +125,7 @@ void Elementwise::compute_reference(std::span<const HostArg> args) const {
       case ElementwiseKind::kGeluTanhMul: out[i] = gelu_tanh_ref(a[i]) * b[i]; break;
     }
   }
-  write_f32(args.back(), p_.dtype, out);
+  write_f32(out_arg, p_.dtype, out);
 }
 
 }  // namespace npurt::ops

@@ -1,14 +1,17 @@
 #include "npurt/ops/embedding.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
 
 #include "npurt/isa/builder.h"
 #include "npurt/isa/numeric.h"
+#include "ops/emit_util.h"
 
 namespace npurt::ops {
 
+using isa::AluOp;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -23,7 +26,7 @@ uint64_t row_bytes(DType dtype, uint32_t dim) { return isa::dtype_bytes(dtype, d
 
 std::string Embedding::name() const {
   return std::string(kOp) + " " + std::string(isa::dtype_name(p_.dtype)) + " " + std::to_string(p_.vocab) + "x" +
-         std::to_string(p_.dim);
+         std::to_string(p_.dim) + (p_.tokens ? " tokens " + std::to_string(p_.tokens) : "");
 }
 
 Status Embedding::validate() const {
@@ -47,6 +50,12 @@ Status Embedding::validate() const {
 }
 
 std::vector<OpArg> Embedding::signature() const {
+  if (p_.tokens) {
+    return {OpArg::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
+            OpArg::buffer("tokens", isa::Access::kIn, DType::kI32, p_.tokens),
+            OpArg::buffer("out", isa::Access::kOut, DType::kF32, uint64_t{p_.tokens} * p_.dim),
+            OpArg::scalar(kRowsScalar, DType::kI32)};
+  }
   return {OpArg::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
           OpArg::scalar("token", DType::kI32),
           OpArg::buffer("out", isa::Access::kOut, DType::kF32, p_.dim)};
@@ -59,6 +68,7 @@ StatusOr<uint32_t> Embedding::emit(EmitContext& ctx) const {
   if (kRowOffset + uint64_t{p_.dim} * 4 > target.local_bytes) {
     return invalid_param(kOp, "dim", "row of " + std::to_string(p_.dim) + " f32 does not fit local memory");
   }
+  if (p_.tokens) return emit_batched(ctx);
   isa::KernelBuilder& b = ctx.builder;
   const uint8_t table = ctx.arg("table");
   const uint8_t token = ctx.arg("token");
@@ -80,7 +90,64 @@ StatusOr<uint32_t> Embedding::emit(EmitContext& ctx) const {
   return static_cast<uint32_t>(1);
 }
 
+// Tiles of rows: the ids of a tile are loaded as an i32 column, gathered, scaled and
+// stored; blocks take contiguous tiles of the first `rows` tokens.
+StatusOr<uint32_t> Embedding::emit_batched(EmitContext& ctx) const {
+  const Target& target = ctx.target;
+  const uint64_t rpt = std::clamp<uint64_t>(kTileElements / p_.dim, 1, p_.tokens);
+  const uint64_t index_bytes = (rpt * 4 + 63) / 64 * 64;
+  NPURT_RETURN_IF_ERROR(local_fits(kOp, "dim", index_bytes + rpt * p_.dim * 4, target));
+  const uint32_t grid = grid_for(ceil_div(p_.tokens, rpt), target.cores);
+  const int64_t out_row_bytes = int64_t{p_.dim} * 4;
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t table = ctx.arg("table"), tokens = ctx.arg("tokens"), out = ctx.arg("out");
+  const Reg bid{0}, first{1}, count{2}, total{3}, tiles{4}, per{5}, left{6}, rows{7}, id_off{8}, out_off{9},
+      pitch{10}, scale{11}, bytes{12};
+  const Tile index{0}, row{1};
+  b.block_id(bid);
+  emit_row_tiles(b, ctx, true, p_.tokens, 1, rpt, grid, {bid, total, tiles, per, first, count});
+  b.alui(AluOp::kMul, left, first, -static_cast<int64_t>(rpt));
+  b.alu(AluOp::kAdd, left, left, total);
+  b.alui(AluOp::kMul, id_off, first, static_cast<int64_t>(rpt) * 4);
+  b.alui(AluOp::kMul, out_off, first, static_cast<int64_t>(rpt) * out_row_bytes);
+  b.li(pitch, static_cast<int64_t>(row_bytes(p_.dtype, p_.dim)));
+  b.li(scale, std::bit_cast<uint32_t>(p_.scale));
+  b.loop_begin(count);
+  b.alui(AluOp::kMin, rows, left, static_cast<int64_t>(rpt));
+  b.tdef(index, DType::kI32, rows, 1, 0);
+  b.tdef(row, DType::kF32, rows, static_cast<int>(p_.dim), static_cast<uint32_t>(index_bytes));
+  b.tld(index, tokens, id_off, DType::kI32);
+  b.tgather(row, table, index, pitch, p_.dtype);
+  if (p_.scale != 1.0f) b.tsop(isa::BinOp::kMul, row, row, scale);
+  b.tst(row, out, out_off, DType::kF32);
+  b.alui(AluOp::kMul, bytes, rows, 4);
+  b.alu(AluOp::kAdd, id_off, id_off, bytes);
+  b.alui(AluOp::kMul, bytes, rows, out_row_bytes);
+  b.alu(AluOp::kAdd, out_off, out_off, bytes);
+  b.alu(AluOp::kSub, left, left, rows);
+  b.loop_end();
+  b.reserve_local(static_cast<uint32_t>(index_bytes + rpt * p_.dim * 4));
+  return grid;
+}
+
 void Embedding::compute_reference(std::span<const HostArg> args) const {
+  if (p_.tokens) {
+    const int64_t rows = std::clamp<int64_t>(args[3].as_i64(), 0, p_.tokens);
+    std::vector<float> out = read_f32(args[2], DType::kF32);
+    const auto* ids = reinterpret_cast<const int32_t*>(args[1].bytes.data());
+    const uint64_t bytes = row_bytes(p_.dtype, p_.dim);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t token = ids[r];
+      if (token < 0 || static_cast<uint64_t>(token) >= p_.vocab) {
+        std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());  // the kernel faults
+        break;
+      }
+      const std::vector<float> row = read_f32(HostArg::buffer(args[0].bytes.subspan(token * bytes, bytes)), p_.dtype);
+      for (uint32_t i = 0; i < p_.dim; ++i) out[r * p_.dim + i] = row[i] * p_.scale;
+    }
+    write_f32(args[2], DType::kF32, out);
+    return;
+  }
   const int32_t token = static_cast<int32_t>(args[1].as_i64());
   std::vector<float> out(p_.dim, std::numeric_limits<float>::quiet_NaN());  // the kernel faults: no result
   if (token >= 0 && static_cast<uint64_t>(token) < p_.vocab) {

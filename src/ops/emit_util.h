@@ -15,6 +15,8 @@ namespace npurt::ops {
 // each instruction's dispatch.
 inline constexpr uint64_t kTileElements = 16384;
 
+inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
 // Splits `chunks` work items into contiguous ranges, one per block of a `grid`-block
 // launch: block b handles [first, first + count) with per = ceil(chunks / grid),
 // first = b * per and count = clamp(chunks - first, 0, per). Emits code that leaves
@@ -30,13 +32,61 @@ inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks
   b.alui(AluOp::kMax, count, count, 0);
 }
 
+// emit_block_range for a number of work items known only at run time: `chunks` holds
+// it; `per` is left holding ceil(chunks / grid). A negative count gives every block
+// count 0.
+inline void emit_block_range_at_run_time(isa::KernelBuilder& b, isa::Reg bid, isa::Reg chunks, int64_t grid,
+                                         isa::Reg first, isa::Reg count, isa::Reg per) {
+  using isa::AluOp;
+  b.alui(AluOp::kMax, per, chunks, 0);
+  b.alui(AluOp::kAdd, per, per, grid - 1);
+  b.alui(AluOp::kDiv, per, per, grid);
+  b.alu(AluOp::kMul, first, bid, per);
+  b.alu(AluOp::kSub, count, chunks, first);
+  b.alu(AluOp::kMin, count, count, per);
+  b.alui(AluOp::kMax, count, count, 0);
+}
+
+// dst = ceil(src / d) for a non-negative src register.
+inline void emit_ceil_div(isa::KernelBuilder& b, isa::Reg dst, isa::Reg src, int64_t d) {
+  b.alui(isa::AluOp::kAdd, dst, src, d - 1);
+  b.alui(isa::AluOp::kDiv, dst, dst, d);
+}
+
+// The scalar argument that says how many leading rows of an operator's buffers a
+// launch processes (operators compiled with `rows_runtime`): i32, 0..rows. Batched
+// prefill runs one kernel for any chunk length this way.
+inline constexpr char kRowsScalar[] = "rows";
+
+// Registers of emit_row_tiles.
+struct RowTileRegs {
+  isa::Reg bid, total, tiles, per, first, count;
+};
+
+// The prologue of a row-wise operator: `total` = the rows a launch processes (the
+// compiled `rows`, or with `runtime` the i32 scalar kRowsScalar, times `scale`
+// elements per row), and this block's tiles of `per_tile` of them: [first, first +
+// count). `bid` must hold the block id.
+inline void emit_row_tiles(isa::KernelBuilder& b, const EmitContext& ctx, bool runtime, uint64_t rows, uint64_t scale,
+                           uint64_t per_tile, uint32_t grid, const RowTileRegs& r) {
+  const int64_t tile = static_cast<int64_t>(per_tile);
+  if (!runtime) {
+    b.li(r.total, static_cast<int64_t>(rows * scale));
+    emit_block_range(b, r.bid, static_cast<int64_t>(ceil_div(rows * scale, per_tile)), grid, r.first, r.count);
+    return;
+  }
+  b.arg_value(r.total, ctx.arg(kRowsScalar));
+  if (scale != 1) b.alui(isa::AluOp::kMul, r.total, r.total, static_cast<int64_t>(scale));
+  emit_ceil_div(b, r.tiles, r.total, tile);
+  emit_block_range_at_run_time(b, r.bid, r.tiles, grid, r.first, r.count, r.per);
+}
+
 // Number of blocks for `chunks` work items on `cores` cores: one block per core, no
 // more blocks than items.
 inline uint32_t grid_for(uint64_t chunks, uint32_t cores) {
   return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(chunks, cores)));
 }
 
-inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 // kOk when `bytes` of tiles fit the target's local memory; otherwise the error every
 // operator gives, naming the parameter that sized them.

@@ -1,5 +1,6 @@
 #include "npurt/ops/rmsnorm.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -26,7 +27,7 @@ int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
 
 std::string RmsNorm::name() const {
   return std::string(kOp) + (p_.weighted ? "" : " unweighted") + " " + std::string(isa::dtype_name(p_.dtype)) + " " +
-         std::to_string(p_.rows) + "x" + std::to_string(p_.dim);
+         std::to_string(p_.rows) + "x" + std::to_string(p_.dim) + (p_.rows_runtime ? " (runtime rows)" : "");
 }
 
 Status RmsNorm::validate() const {
@@ -44,6 +45,7 @@ std::vector<OpArg> RmsNorm::signature() const {
   std::vector<OpArg> s{OpArg::buffer("x", isa::Access::kIn, p_.dtype, n)};
   if (p_.weighted) s.push_back(OpArg::buffer("w", isa::Access::kIn, DType::kF32, p_.dim));
   s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, n));
+  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -74,10 +76,11 @@ StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
   const uint8_t x = ctx.arg("x");
   const uint8_t w = p_.weighted ? ctx.arg("w") : 0;
   const uint8_t out = ctx.arg("out");
-  const Reg bid{0}, first{1}, count{2}, off{3}, left{4}, rows{5}, bytes{6}, dim_f{7}, eps{8}, zero{9};
+  const Reg bid{0}, first{1}, count{2}, off{3}, left{4}, rows{5}, bytes{6}, dim_f{7}, eps{8}, zero{9}, total{10},
+      tiles{11}, per{12};
   const Tile tx{0}, tscale{1}, tw{2};
   b.block_id(bid);
-  emit_block_range(b, bid, static_cast<int64_t>(chunks), grid, first, count);
+  emit_row_tiles(b, ctx, p_.rows_runtime, p_.rows, 1, rpt, grid, {bid, total, tiles, per, first, count});
   if (p_.weighted) {
     b.li(zero, 0);
     b.tdef(tw, DType::kF32, 1, dim, weight_at);
@@ -87,7 +90,7 @@ StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
   b.li(eps, f32_bits(p_.eps));
   b.alui(AluOp::kMul, off, first, static_cast<int64_t>(rpt) * row_bytes);
   b.alui(AluOp::kMul, left, first, -static_cast<int64_t>(rpt));
-  b.alui(AluOp::kAdd, left, left, static_cast<int64_t>(p_.rows));
+  b.alu(AluOp::kAdd, left, left, total);
   b.loop_begin(count);
   b.alui(AluOp::kMin, rows, left, static_cast<int64_t>(rpt));  // the last tile may be short
   b.tdef(tx, DType::kF32, rows, dim, 0);
@@ -111,15 +114,16 @@ StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
 void RmsNorm::compute_reference(std::span<const HostArg> args) const {
   const std::vector<float> x = read_f32(args[0], p_.dtype);
   const std::vector<float> w = p_.weighted ? read_f32(args[1], DType::kF32) : std::vector<float>(p_.dim, 1.f);
-  std::vector<float> out(x.size());
-  for (uint64_t r = 0; r < p_.rows; ++r) {
+  std::vector<float> out = read_f32(args[args.size() - (p_.rows_runtime ? 2 : 1)], p_.dtype);
+  const uint64_t rows = p_.rows_runtime ? std::clamp<int64_t>(args.back().as_i64(), 0, p_.rows) : p_.rows;
+  for (uint64_t r = 0; r < rows; ++r) {
     const float* row = &x[r * p_.dim];
     double sumsq = 0;
     for (uint32_t i = 0; i < p_.dim; ++i) sumsq += static_cast<double>(row[i]) * row[i];
     const double scale = 1.0 / std::sqrt(sumsq / p_.dim + p_.eps);
     for (uint32_t i = 0; i < p_.dim; ++i) out[r * p_.dim + i] = static_cast<float>(row[i] * scale * w[i]);
   }
-  write_f32(args.back(), p_.dtype, out);
+  write_f32(args[args.size() - (p_.rows_runtime ? 2 : 1)], p_.dtype, out);
 }
 
 }  // namespace npurt::ops

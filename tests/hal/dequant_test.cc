@@ -462,9 +462,9 @@ struct TldqCase {
 class Tldq : public ::testing::TestWithParam<TldqCase> {};
 
 // A rows x cols matrix of blocks (with a leading offset and gaps between rows),
-// loaded with TLDQ into an f32 tile and stored: equal to dequantize_row per row.
-TEST_P(Tldq, LoadsMatrixExactly) {
-  const TldqCase p = GetParam();
+// loaded with TLDQ into an f32 tile and stored: equal to dequantize_row per row; with
+// kTransB the tile is cols x rows and row r of the matrix is its column r.
+void check_tldq(const TldqCase& p, bool transposed) {
   const size_t be = dtype_block_elems(p.type), bb = dtype_block_bytes(p.type);
   const auto rows = static_cast<size_t>(p.rows), cols = static_cast<size_t>(p.cols);
   const size_t row_bytes = cols / be * bb, pitch = row_bytes + static_cast<size_t>(p.gap);
@@ -480,8 +480,12 @@ TEST_P(Tldq, LoadsMatrixExactly) {
   b.li(zero, 0);
   b.li(off, p.offset);
   b.li(stride, static_cast<int64_t>(pitch));
-  b.tdef(Tile{0}, DType::kF32, p.rows, p.cols, 0);
-  b.tldq(Tile{0}, aw, off, stride, p.type);
+  if (transposed) {
+    b.tdef(Tile{0}, DType::kF32, p.cols, p.rows, 0);
+  } else {
+    b.tdef(Tile{0}, DType::kF32, p.rows, p.cols, 0);
+  }
+  b.tldq(Tile{0}, aw, off, stride, p.type, transposed);
   b.tst(Tile{0}, aout, zero, DType::kF32);
   Sim sim(/*sanitize=*/true);
   const Buf bw = sim.input(gm), bo = sim.output(rows * cols);
@@ -489,17 +493,24 @@ TEST_P(Tldq, LoadsMatrixExactly) {
   const auto got = sim.read(bo);
   std::vector<float> want(rows * cols);
   for (size_t r = 0; r < rows; ++r) dequantize_row(&blocks[r * row_bytes], p.type, &want[r * cols], cols);
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "element " << i;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < cols; ++c) {
+      const float g = transposed ? got[c * rows + r] : got[r * cols + c];
+      ASSERT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(want[r * cols + c])) << r << "," << c;
+    }
   }
 }
+
+TEST_P(Tldq, LoadsMatrixExactly) { check_tldq(GetParam(), false); }
+TEST_P(Tldq, LoadsMatrixTransposedExactly) { check_tldq(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Dequant, Tldq,
                          ::testing::Values(TldqCase{DType::kQ4_K, 7, 512, 0, 0}, TldqCase{DType::kQ4_K, 7, 512, 5, 3},
                                            TldqCase{DType::kQ8_0, 7, 640, 0, 0}, TldqCase{DType::kQ8_0, 3, 640, 17, 1},
                                            TldqCase{DType::kQ4_0, 4, 96, 1, 2}, TldqCase{DType::kQ5_0, 5, 640, 0, 0},
                                            TldqCase{DType::kQ5_K, 3, 768, 0, 0}, TldqCase{DType::kQ6_K, 6, 512, 2, 0},
-                                           TldqCase{DType::kQ6_K, 1, 256, 0, 0}),
+                                           TldqCase{DType::kQ6_K, 1, 256, 0, 0}, TldqCase{DType::kQ4_K, 37, 512, 3, 1},
+                                           TldqCase{DType::kQ5_0, 64, 160, 0, 0}),
                          [](const ::testing::TestParamInfo<TldqCase>& i) {
                            const TldqCase& c = i.param;
                            return name_of(c.type) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
@@ -805,6 +816,25 @@ TEST(TmvEncoding, DisassemblesAndRejectsForeignFlags) {
   b.emit(bad);
   const Status s = b.build().status();
   EXPECT_TRUE(contains(s, "kAccumulate")) << s.to_string();
+}
+TEST(TldqEncoding, TransposedDisassemblesAndForeignFlagsAreRejected) {
+  KernelBuilder b("tldq_text");
+  const uint8_t aw = b.arg_buffer("w", Access::kIn, DType::kQ8_0);
+  const Reg zero{0};
+  b.li(zero, 0);
+  b.tdef(Tile{0}, DType::kF32, 32, 4, 0);
+  b.tldq(Tile{0}, aw, zero, zero, DType::kQ8_0, /*transposed=*/true);
+  auto image = b.build();
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  EXPECT_NE(disassemble(*image).find("tldq t0, arg0[r0], stride_bytes r0, q8_0, trans"), std::string::npos)
+      << disassemble(*image);
+  Insn bad{};
+  bad.op = static_cast<uint8_t>(Opcode::kTldq);
+  bad.sub = static_cast<uint8_t>(DType::kQ8_0);
+  bad.flags = kAccumulate;
+  b.emit(bad);
+  const Status s = b.build().status();
+  EXPECT_TRUE(contains(s, "kTransB")) << s.to_string();
 }
 }  // namespace
 }  // namespace npurt

@@ -268,3 +268,180 @@ TEST(Gemma3ModelTest, RealModelDeviceAgreesWithHostOracle) {
 
 }  // namespace
 }  // namespace npurt::models
+
+namespace npurt::models {
+namespace {
+
+// ---- batched prefill --------------------------------------------------------------
+
+// What a prefill leaves: the last token's logits and greedy successor, the KV caches of
+// the prompt's positions, and the 32 greedy tokens that follow.
+struct PrefillResult {
+  int32_t next = -1;
+  std::vector<float> logits;
+  std::vector<std::vector<float>> caches;  // k and v of every layer, prompt positions only
+  std::vector<int32_t> continuation;
+  std::string error;
+};
+
+PrefillResult run_prefill(Rig& rig, const std::vector<int32_t>& prompt, uint32_t chunk) {
+  PrefillResult r;
+  Gemma3Model& m = *rig.model;
+  if (!m.reset().ok() || !m.set_prefill_chunk(chunk).ok()) {
+    r.error = "reset / set_prefill_chunk failed";
+    return r;
+  }
+  rig.poison();
+  if (const graph::CompiledSequence* pre = m.prefill_sequence()) {
+    WriteGuard g = rig.memory->write(pre->get_buffer("logits").value()).value();
+    std::memset(g.bytes().data(), 0xFF, g.bytes().size());
+  }
+  StatusOr<int32_t> next = m.prefill(prompt);
+  if (!next.ok()) {
+    r.error = next.status().to_string();
+    return r;
+  }
+  r.next = *next;
+  r.logits = m.logits().value();
+  const Gemma3Config& c = m.config();
+  const size_t row = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (const char* kind : {"k_cache.", "v_cache."}) {
+      View v = m.sequence().get_buffer(kind + std::to_string(l)).value();
+      ReadGuard g = rig.memory->read(v).value();
+      std::vector<float> f(prompt.size() * row);
+      std::memcpy(f.data(), g.bytes().data(), f.size() * sizeof(float));
+      r.caches.push_back(std::move(f));
+    }
+  }
+  int32_t token = r.next;
+  for (int i = 0; i < 32; ++i) {
+    r.continuation.push_back(token);
+    StatusOr<int32_t> n = m.step(token);
+    if (!n.ok()) {
+      r.error = n.status().to_string();
+      return r;
+    }
+    token = *n;
+  }
+  return r;
+}
+
+std::vector<float> oracle_logits(HostOracle& oracle, const std::vector<int32_t>& prompt) {
+  EXPECT_TRUE(oracle.reset().ok());
+  std::span<const float> last;
+  for (int32_t t : prompt) last = oracle.step(t).value();
+  return {last.begin(), last.end()};
+}
+
+// Batched (chunks of `chunk`) against token-by-token prefill and the host oracle.
+void expect_prefill_agrees(Rig& rig, HostOracle& oracle, const std::vector<int32_t>& prompt, uint32_t chunk) {
+  const PrefillResult batched = run_prefill(rig, prompt, chunk), single = run_prefill(rig, prompt, 0);
+  ASSERT_EQ(batched.error, "");
+  ASSERT_EQ(single.error, "");
+  const std::vector<float> want = oracle_logits(oracle, prompt);
+  const double vs_single = rel_l2(batched.logits, single.logits), vs_oracle = rel_l2(batched.logits, want);
+  EXPECT_LE(vs_single, 1e-5) << prompt.size() << " tokens";
+  EXPECT_LE(vs_oracle, 1e-5) << prompt.size() << " tokens";
+  double worst_cache = 0;
+  for (size_t i = 0; i < batched.caches.size(); ++i) {
+    worst_cache = std::max(worst_cache, rel_l2(batched.caches[i], single.caches[i]));
+  }
+  EXPECT_LE(worst_cache, 1e-5) << prompt.size() << " tokens";
+  EXPECT_EQ(batched.next, single.next);
+  EXPECT_EQ(batched.continuation, single.continuation) << prompt.size() << " tokens";
+  std::printf("%4zu tokens, chunk %u: logits rel-L2 %.2e vs token by token, %.2e vs oracle; caches %.2e\n",
+              prompt.size(), chunk, vs_single, vs_oracle, worst_cache);
+}
+
+std::vector<int32_t> random_prompt(size_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return p;
+}
+
+// Chunk 8 against a window of 8: lengths 1, 2, T-1, T, T+1, 3T+5 and 40, every one
+// past the first crossing the window and chunk boundaries.
+TEST(Gemma3PrefillTest, SyntheticBatchedMatchesTokenByTokenAndOracle) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 8}));
+  EXPECT_EQ(rig.model->max_prefill_chunk(), 8u);
+  HostOracle oracle = std::move(HostOracle::load(p.file)).value();
+  for (size_t n : {1, 2, 7, 8, 9, 29, 40}) {
+    expect_prefill_agrees(rig, oracle, random_prompt(n, 300, static_cast<uint32_t>(n)), 8);
+  }
+  // A runtime chunk below the compiled one: the same sequence, other cuts.
+  expect_prefill_agrees(rig, oracle, random_prompt(29, 300, 5), 3);
+}
+
+// The window test can fail: a prefill that ignores the sliding window misses the oracle.
+TEST(Gemma3PrefillTest, IgnoringTheWindowIsCaught) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 32, .prefill_ignores_window_for_test = true}));
+  HostOracle oracle = std::move(HostOracle::load(p.file)).value();
+  const std::vector<int32_t> prompt = random_prompt(29, 300, 29);
+  const PrefillResult r = run_prefill(rig, prompt, 32);
+  ASSERT_EQ(r.error, "");
+  EXPECT_GT(rel_l2(r.logits, oracle_logits(oracle, prompt)), 1e-3);
+}
+
+TEST(Gemma3PrefillTest, BadInputIsRejectedAndTheModelStaysUsable) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file, {.max_context = 16, .prefill_chunk = 8}));
+  Gemma3Model& m = *rig.model;
+  StatusOr<int32_t> empty = m.prefill(std::vector<int32_t>{});
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.status().message().find("empty prompt"), std::string::npos) << empty.status().to_string();
+  StatusOr<int32_t> longer = m.prefill(random_prompt(17, 300, 1));
+  EXPECT_EQ(longer.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(longer.status().message().find("17 prompt tokens"), std::string::npos) << longer.status().to_string();
+  EXPECT_NE(longer.status().message().find("16 positions"), std::string::npos) << longer.status().to_string();
+  StatusOr<int32_t> bad_token = m.prefill(std::vector<int32_t>{1, 300});
+  EXPECT_EQ(bad_token.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_token.status().message().find("token 300"), std::string::npos);
+  const Status big = m.set_prefill_chunk(9);
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find("chunk 9"), std::string::npos) << big.to_string();
+  EXPECT_NE(big.message().find("maximum 8"), std::string::npos) << big.to_string();
+  EXPECT_EQ(m.prefill_chunk(), 8u);
+  EXPECT_EQ(m.position(), 0);
+  // Still usable: a good prompt after the rejected ones, then a prompt that fills the
+  // context exactly and one more step that does not fit.
+  ASSERT_TRUE(m.prefill(random_prompt(16, 300, 2)).ok());
+  EXPECT_EQ(m.position(), 16);
+  EXPECT_EQ(m.step(1).status().code(), StatusCode::kOutOfRange);
+  ASSERT_OK(m.reset());
+  EXPECT_TRUE(m.prefill(random_prompt(5, 300, 3)).ok());
+}
+
+// The real file: three short prompts, a 64-token one, and one that crosses the
+// 512-token window of the local layers.
+TEST(Gemma3PrefillTest, RealModelBatchedMatchesTokenByTokenAndOracle) {
+  const char* path = real_model();
+  if (path == nullptr) GTEST_SKIP() << "set NPURT_MODEL to a Gemma-3-270M GGUF file to run this test";
+  GgufFile file = std::move(GgufFile::open(path)).value();
+  Tokenizer tok = std::move(Tokenizer::from_gguf(file)).value();
+  HostOracle oracle = std::move(HostOracle::load(file)).value();
+  Rig rig(1ull << 30);
+  ASSERT_OK(rig.load(file, {.max_context = 640}));
+  for (const char* text : {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"}) {
+    expect_prefill_agrees(rig, oracle, tok.encode(text).value(), 128);
+  }
+  std::string para;
+  while (tok.encode(para).value().size() < 530) {
+    para += "The river runs past the old mill, where the miller's children count the boats that carry grain "
+            "to the city. ";
+  }
+  std::vector<int32_t> long_prompt = tok.encode(para).value();
+  std::vector<int32_t> short_prompt(long_prompt.begin(), long_prompt.begin() + 64);
+  long_prompt.resize(530);
+  expect_prefill_agrees(rig, oracle, short_prompt, 128);
+  expect_prefill_agrees(rig, oracle, long_prompt, 128);
+}
+
+}  // namespace
+}  // namespace npurt::models

@@ -46,9 +46,10 @@ def test_a_failing_callback_raises_and_the_model_stays_usable(model):
     def boom(_: str) -> None:
         raise RuntimeError("stop here")
 
+    before = model.generate_ids([2, 818], 2)
     with pytest.raises(RuntimeError, match="stop here"):
         model.generate("The capital of France is", max_tokens=4, on_text=boom)
-    assert model.generate_ids([2, 818], 2) == model.generate_ids([2, 818], 2)
+    assert model.generate_ids([2, 818], 2) == before
     with pytest.raises(npurt.InvalidArgumentError, match="token 999999"):
         model.generate_ids([2, 999999], 2)
     assert len(model.generate_ids([2, 818], 2)) == 2
@@ -63,3 +64,26 @@ def test_bad_paths_and_devices_raise_clear_errors(tmp_path):
         npurt.Gemma3(str(bad))
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         npurt.Gemma3(MODEL, device="tpu")
+
+
+@needs_model
+def test_batched_prefill_is_the_default_and_matches_token_by_token(model):
+    prompt = model.encode("The river runs past the old mill, where the miller's children count the boats "
+                          "that carry grain to the city every morning before the market opens.")
+    top = model.prefill_chunk
+    assert top == 256  # the default chunk (512) capped at the fixture's context
+    batched = model.generate_ids(prompt, 8)
+    assert model.stats["time_to_first_token"] == model.stats["prefill_seconds"] > 0
+    model.prefill_chunk = 0
+    try:
+        assert model.generate_ids(prompt, 8) == batched
+        model.prefill_chunk = 7  # a smaller runtime chunk: several calls per prompt
+        assert model.generate_ids(prompt, 8) == batched
+        with pytest.raises(ValueError, match="prefill chunk 257 is above the compiled maximum 256"):
+            model.prefill_chunk = 257
+        assert model.prefill_chunk == 7
+    finally:
+        model.prefill_chunk = top
+    with pytest.raises(npurt.Error, match="empty"):
+        model.generate_ids([], 2)
+    assert model.generate_ids(prompt, 8) == batched

@@ -77,6 +77,11 @@ struct CompileOptions {
   // priming launch over every core, so cores its first launch does not use may run
   // stale instruction lines of freed code at recycled addresses.
   bool prime_stream = true;
+  // Buffers this sequence binds but does not own: name -> a view of another owner's
+  // buffer in the same memory context (say, another sequence's weights and KV cache),
+  // of exactly the bytes `buffer_sizes` gives the name. They get no arena space;
+  // coherence and ordering are the memory context's, as for any view.
+  std::map<std::string, View, std::less<>> shared = {};
 };
 
 class OperatorSequence {
@@ -165,6 +170,7 @@ class CompiledSequence {
   CompiledSequence() = default;
   Status ensure_stream();
   StatusOr<View> resolve(std::string_view binding) const;
+  std::map<std::string, View, std::less<>> shared_;
 
   MemoryContext* memory_ = nullptr;
   exec::CodeRegistry* registry_ = nullptr;

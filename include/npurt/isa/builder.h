@@ -114,8 +114,9 @@ class KernelBuilder {
   // GM row stride in elements (absent: rows are contiguous).
   void tld(Tile dst, uint8_t arg, Reg offset, DType gm_dtype, std::optional<Reg> row_stride = std::nullopt);
   void tst(Tile src, uint8_t arg, Reg offset, DType gm_dtype, std::optional<Reg> row_stride = std::nullopt);
-  // Quantized blocks -> f32 tile; row stride in bytes.
-  void tldq(Tile dst, uint8_t arg, Reg offset, Reg row_stride_bytes, DType quant_dtype);
+  // Quantized blocks -> f32 tile; row stride in bytes. `transposed`: GM row i becomes
+  // column i of dst (the B operand of a TMMA without kTransB).
+  void tldq(Tile dst, uint8_t arg, Reg offset, Reg row_stride_bytes, DType quant_dtype, bool transposed = false);
   // Row i of dst = row indices[i] of the argument; rows are row_pitch_bytes apart.
   void tgather(Tile dst, uint8_t arg, Tile indices, Reg row_pitch_bytes, DType gm_dtype);
   void tfill(Tile dst, Reg value);

@@ -96,7 +96,8 @@ enum class Opcode : uint8_t {
   kTst = 34,
   // TLDQ t[a] (f32) <- quantized GM arg b, byte offset r[c] of the first block of
   //   row 0, row stride r[d] bytes; GM dtype = sub (quantized). t.cols must be a
-  //   multiple of the block size.
+  //   multiple of the block size. flags kTransB: the tile holds the rows
+  //   transposed (row i of GM is column i of t[a]; t.rows values per GM row, t.cols rows).
   kTldq = 35,
   // TGATHER t[a] <- rows of GM arg b: row i = element row idx[i] where idx is the
   //   i32 tile t[c] (first column); row pitch r[d] bytes; GM dtype = sub (any type;

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "npurt/base/status.h"
@@ -39,12 +40,26 @@ struct Gemma3Options {
   // Gemma-3-270M); 0 takes the file's context length. Capped at the context length.
   uint32_t max_context = 4096;
   graph::Dispatch dispatch = graph::Dispatch::kFused;
+  // Batched prefill: the most prompt tokens one prefill call runs (the compiled chunk;
+  // capped at the context); 0 compiles none, so prompts run token by token.
+  uint32_t prefill_chunk = kDefaultPrefillChunk;
+  static constexpr uint32_t kDefaultPrefillChunk = 512;
+  // WRONG, for tests only: the prefill attention ignores the sliding window.
+  bool prefill_ignores_window_for_test = false;
 };
 
 // The decode step of `config` over the tensors of `file` (their stored dtypes decide
 // each GEMV's weight type). Rejects options the model cannot run with, by name.
 StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const Gemma3Config& config,
                                                      const Gemma3Options& options);
+
+// The prefill chunk of `config`: T prompt tokens per call (T = the "rows" scalar, up to
+// options.prefill_chunk) at positions pos .. pos + T - 1 as matrix work (WeightGemm,
+// PrefillAttention, row-batched norms, RoPE and KV append), then the LM head and
+// argmax for the last token only. Binds the same tensor and cache names as
+// gemma3_decode_step, so the two share them (CompileOptions::shared).
+StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& config,
+                                                       const Gemma3Options& options);
 
 class Gemma3Model final : public TokenModel {
  public:
@@ -61,6 +76,14 @@ class Gemma3Model final : public TokenModel {
 
   // Runs `token` at position() and returns the argmax of its logits.
   StatusOr<int32_t> step(int32_t token) override;
+  // Runs `tokens` from position() on, in chunks of prefill_chunk() tokens through the
+  // prefill sequence (token by token when that is 0), and returns the argmax of the
+  // last one's logits. The KV cache ends as token-by-token steps would leave it.
+  StatusOr<int32_t> prefill(std::span<const int32_t> tokens) override;
+  // Tokens per prefill call: 1 .. max_prefill_chunk(), or 0 for token by token.
+  Status set_prefill_chunk(uint32_t chunk);
+  uint32_t prefill_chunk() const { return chunk_; }
+  uint32_t max_prefill_chunk() const { return max_chunk_; }
   // The next step is at position 0 (cached positions are overwritten before use).
   Status reset() override;
   int32_t position() const override { return position_; }
@@ -74,13 +97,20 @@ class Gemma3Model final : public TokenModel {
   uint64_t weight_bytes_per_step() const { return weight_bytes_per_step_; }
   size_t launches_per_step() const { return seq_->launches_per_call(); }
   const graph::CompiledSequence& sequence() const { return *seq_; }
+  // The prefill chunk's sequence; nullptr when compiled without one.
+  const graph::CompiledSequence* prefill_sequence() const { return prefill_.get(); }
 
  private:
   Gemma3Model() = default;
 
   MemoryContext* memory_ = nullptr;
-  std::unique_ptr<graph::CompiledSequence> seq_;
-  View next_, logits_;  // the sequence's "next" and "logits" buffers
+  StatusOr<int32_t> prefill_chunk_call(std::span<const int32_t> tokens);
+
+  std::unique_ptr<graph::CompiledSequence> seq_, prefill_;
+  View next_, logits_;                  // the decode step's "next" and "logits" buffers
+  View prefill_tokens_, prefill_next_, prefill_logits_;
+  const View* last_logits_ = &logits_;  // of whichever sequence ran last
+  uint32_t chunk_ = 0, max_chunk_ = 0;
   Gemma3Config config_;
   uint32_t max_context_ = 0;
   uint64_t weight_bytes_per_step_ = 0;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "npurt/base/status.h"
@@ -21,6 +22,9 @@ class TokenModel {
   // Runs `token` at position() (appending it to the context) and returns the id of
   // the largest logit (ties: the lowest id).
   virtual StatusOr<int32_t> step(int32_t token) = 0;
+  // Runs `tokens` (non-empty) in order and returns the greedy successor of the last;
+  // models with batched prefill override this. The default steps token by token.
+  virtual StatusOr<int32_t> prefill(std::span<const int32_t> tokens);
   // Empties the context: the next step is at position 0.
   virtual Status reset() = 0;
   virtual int32_t position() const = 0;
@@ -28,7 +32,7 @@ class TokenModel {
 
 struct GenerateStats {
   int prompt_tokens = 0;
-  double prefill_seconds = 0;  // every prompt token's step
+  double prefill_seconds = 0;  // every prompt token's step: the time to the first token
   int generated_tokens = 0;
   double decode_seconds = 0;   // the steps of generated tokens that were fed back
   int decode_steps = 0;

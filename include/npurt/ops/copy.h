@@ -12,6 +12,10 @@
 //   read at launch: a KV-cache append writes one new row at position p this way with
 //   one compiled kernel. A dst_row that puts any row outside dst faults the launch
 //   (GM accesses are bounds-checked); nothing is written out of bounds.
+//   With src_row_runtime the copy reads from row "src_row" of src (a scalar after
+//   dst_row), and with rows_runtime only the first "rows" rows (the last scalar) are
+//   copied: batched prefill appends a runtime number of KV rows and takes the last
+//   token's row this way. src then has src_rows rows (0: rows).
 //   Buffers: src has (rows - 1) * src_stride + cols elements, dst
 //   (dst_rows - 1) * dst_stride + cols, so a copy may target a column slice.
 //
@@ -62,7 +66,12 @@ struct StridedCopyParams {
   uint64_t src_stride = 0;  // elements between src rows; 0: cols
   uint64_t dst_stride = 0;  // elements between dst rows; 0: cols
   uint64_t dst_rows = 0;    // rows of dst; 0: rows
+  uint64_t src_rows = 0;    // rows of src; 0: rows
   bool dst_row_runtime = false;
+  // The i32 scalar "src_row" (after dst_row, if any): src rows start at that row.
+  bool src_row_runtime = false;
+  // The i32 scalar "rows" (last): only the first `rows` rows are copied at run time.
+  bool rows_runtime = false;
   isa::DType src_dtype = isa::DType::kF32;
   isa::DType dst_dtype = isa::DType::kF32;
   uint32_t rows_per_tile = 0;  // 0: chosen by the operator
@@ -85,6 +94,7 @@ class StridedCopy final : public Operator {
   uint64_t src_stride() const { return p_.src_stride ? p_.src_stride : p_.cols; }
   uint64_t dst_stride() const { return p_.dst_stride ? p_.dst_stride : p_.cols; }
   uint64_t dst_rows() const { return p_.dst_rows ? p_.dst_rows : p_.rows; }
+  uint64_t src_rows() const { return p_.src_rows ? p_.src_rows : p_.rows; }
   StridedCopyParams p_;
 };
 

@@ -21,6 +21,10 @@ struct ElementwiseParams {
   isa::DType dtype = isa::DType::kF32;
   uint32_t tile = 0;   // elements per tile; 0: chosen by the operator
   uint32_t cores = 0;  // blocks; 0: the target's cores
+  // Nonzero: n is rows of `row_elems` elements and the i32 scalar "rows" (last
+  // argument) says how many leading rows a launch processes (batched prefill); the
+  // other elements are left as they are.
+  uint64_t row_elems = 0;
 };
 
 class Elementwise final : public Operator {

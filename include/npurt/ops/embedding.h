@@ -9,7 +9,7 @@
 // A token outside [0, vocab) is never clamped: the gather faults (negative index, or a
 // row outside the table buffer) and the launch fails with kDeviceFault.
 //
-// One block does the whole row: a single row is one gather and one multiply, too little
+// One block does the whole row of the one-token form: a single row is one gather and one multiply, too little
 // work to split. dim x 4 bytes must fit a core's local memory.
 #pragma once
 
@@ -24,6 +24,10 @@ struct EmbeddingParams {
   uint32_t dim = 0;
   isa::DType dtype = isa::DType::kF32;  // f32, bf16, f16 or a quantized block type
   float scale = 1.0f;                   // Gemma-3: sqrt(hidden) = 25.298222 for hidden 640
+  // Batched (prefill): 0 takes the scalar "token"; T > 0 takes the i32 buffer "tokens"
+  // (T ids) instead, "out" is T x dim, and the i32 scalar "rows" (last) says how many
+  // leading tokens a launch looks up. Each row is computed as the one-token form does.
+  uint32_t tokens = 0;
 };
 
 class Embedding final : public Operator {
@@ -39,6 +43,7 @@ class Embedding final : public Operator {
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:
+  StatusOr<uint32_t> emit_batched(EmitContext& ctx) const;
   EmbeddingParams p_;
 };
 

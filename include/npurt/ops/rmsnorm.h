@@ -28,6 +28,9 @@ struct RmsNormParams {
   isa::DType dtype = isa::DType::kF32;
   uint32_t rows_per_tile = 0;  // 0: chosen by the operator
   uint32_t cores = 0;          // blocks; 0: the target's cores
+  // Adds the i32 scalar "rows" (last argument): only the first `rows` rows are
+  // normalized at run time, the others are left as they are (batched prefill).
+  bool rows_runtime = false;
 };
 
 class RmsNorm final : public Operator {

@@ -44,6 +44,12 @@ struct RopeParams {
   uint32_t rotary_dim = 0;      // leading dimensions rotated, even, <= head_dim; 0: head_dim
   uint32_t heads_per_tile = 0;  // 0: chosen by the operator
   uint32_t cores = 0;           // blocks; 0: the target's cores
+  // Batched (prefill): 0 rotates one token at "pos"; T > 0 makes x and out T tokens
+  // of n_heads heads each, token i at position pos + i, with the i32 scalar "rows"
+  // (last) giving how many leading tokens a launch rotates. Angles, sin/cos and the
+  // rotation are the same f32 operations as the one-token form, so token i's result
+  // is bit-identical to a one-token launch at pos + i.
+  uint32_t tokens = 0;
 };
 
 class Rope final : public Operator {
@@ -63,6 +69,8 @@ class Rope final : public Operator {
   uint32_t rotary_dim() const { return p_.rotary_dim ? p_.rotary_dim : p_.head_dim; }
   uint64_t heads_per_tile() const;
   uint64_t local_bytes(uint64_t heads_per_tile) const;
+  uint64_t tokens_per_tile(const Target& target) const;
+  StatusOr<uint32_t> emit_batched(EmitContext& ctx) const;
   RopeParams p_;
 };
 

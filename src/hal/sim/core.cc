@@ -1,11 +1,17 @@
 #include "hal/sim/core.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "hal/sim/dequant_kernels.h"
 #include "hal/sim/tile_kernels.h"
@@ -408,6 +414,51 @@ bool Core::Exec::quant_row_bytes(const TileDesc& t, DType qt, const char* what, 
   return true;
 }
 
+namespace {
+
+// TLDQ with kTransB decodes this many rows at a time before transposing them.
+constexpr uint32_t kTransposeGroup = 8;
+
+#if defined(__x86_64__)
+// dst[c * dst_stride + r] = src[r * src_stride + c] for an 8 x 8 block.
+__attribute__((target("avx2"))) void transpose8x8_avx2(const float* src, size_t src_stride, float* dst,
+                                                       size_t dst_stride) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
+// dst[c * dst_stride + r] = src[r * vals + c] for r < rows, c < vals.
+void transpose_rows(const float* src, uint32_t rows, size_t vals, float* dst, size_t dst_stride) {
+  size_t c = 0;
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && rows == 8) {
+    for (; c + 8 <= vals; c += 8) transpose8x8_avx2(src + c, vals, dst + c * dst_stride, dst_stride);
+  }
+#endif
+  for (; c < vals; ++c) {
+    float* o = dst + c * dst_stride;
+    for (uint32_t r = 0; r < rows; ++r) o[r] = src[r * vals + c];
+  }
+}
+
+}  // namespace
+
 bool Core::Exec::exec_tldq() {
   const Insn& i = *in;
   const TileDesc* t = tile(i.a, "destination");
@@ -415,18 +466,38 @@ bool Core::Exec::exec_tldq() {
   if (!a) return false;
   if (!a->readable) return fail("arg " + std::to_string(i.b) + " is not readable");
   const DType qt = static_cast<DType>(i.sub);
+  // Transposed, GM row r is column r of the tile: t.rows values per row, t.cols rows.
+  const bool transposed = (i.flags & isa::kTransB) != 0;
+  const TileDesc shape = transposed ? TileDesc{t->offset, t->cols, t->rows, t->dtype, true} : *t;
   uint64_t row_bytes = 0;
-  if (!quant_row_bytes(*t, qt, "TLDQ", &row_bytes)) return false;
+  if (!quant_row_bytes(shape, qt, "TLDQ", &row_bytes)) return false;
   if (elems(*t) == 0) return true;
   const int64_t pitch = reg(i.d);
   uint64_t first = 0;
-  if (!gm_window(*a, i.b, reg(i.c), t->rows, row_bytes, pitch, &first)) return false;
+  if (!gm_window(*a, i.b, reg(i.c), shape.rows, row_bytes, pitch, &first)) return false;
   const bool dense = static_cast<uint64_t>(pitch) == row_bytes;
-  if (dense && !check_initialized(first, row_bytes * t->rows, i.b)) return false;
-  for (uint32_t r = 0; r < t->rows; ++r) {
-    const uint64_t g = first + static_cast<uint64_t>(r) * static_cast<uint64_t>(pitch);
-    if (!dense && !check_initialized(g, row_bytes, i.b)) return false;
-    dequantize(L.gm->ptr(g), qt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
+  if (dense && !check_initialized(first, row_bytes * shape.rows, i.b)) return false;
+  const auto row_at = [&](uint32_t r) { return first + static_cast<uint64_t>(r) * static_cast<uint64_t>(pitch); };
+  if (!transposed) {
+    for (uint32_t r = 0; r < shape.rows; ++r) {
+      if (!dense && !check_initialized(row_at(r), row_bytes, i.b)) return false;
+      dequantize(L.gm->ptr(row_at(r)), qt, lf(*t) + static_cast<size_t>(r) * t->cols, t->cols);
+    }
+    return true;
+  }
+  // Groups of kGroup rows are decoded into scratch and written out as columns, 8 x 8
+  // blocks at a time where the CPU has AVX2, so each tile row receives runs of kGroup
+  // contiguous values.
+  const size_t vals = shape.cols;
+  thread_local std::vector<float> scratch;
+  scratch.resize(kTransposeGroup * vals);
+  for (uint32_t r0 = 0; r0 < shape.rows; r0 += kTransposeGroup) {
+    const uint32_t n = std::min(kTransposeGroup, shape.rows - r0);
+    for (uint32_t j = 0; j < n; ++j) {
+      if (!dense && !check_initialized(row_at(r0 + j), row_bytes, i.b)) return false;
+      dequantize(L.gm->ptr(row_at(r0 + j)), qt, scratch.data() + j * vals, vals);
+    }
+    transpose_rows(scratch.data(), n, vals, lf(*t) + r0, t->cols);
   }
   return true;
 }

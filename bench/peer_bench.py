@@ -1,0 +1,244 @@
+"""Gemma-3 prefill and decode tokens/s: npurt next to llama.cpp on the same GGUF file.
+
+Run with the interpreter of .venv-peer/ (scripts/install-peer.sh builds llama-cpp-python
+there); `make bench-peer` does both.
+
+Each repetition runs the npurt side first, then llama.cpp, so both see the same state
+of the machine over the run. Both sides measure the same three figures on the same
+token ids:
+
+  prefill 64 / 512  the prompt's first N tokens evaluated at once; N / seconds
+  decode 128        after the 64-token prompt, 128 greedy steps of one token each;
+                    128 / seconds over those steps only
+
+The prompt is the text of bench/peer_prompt.txt with trailing whitespace removed,
+tokenized with BOS (no other special tokens) and cut to exactly N tokens. The text is
+long enough for every N used here, so it is never repeated.
+
+The npurt side is one process per repetition:
+
+  NPURT_BENCH --model MODEL --peer-json --prompt-file PROMPT_FILE
+
+whose last line on stdout is one JSON object with the keys in NPURT_KEYS.
+
+The table shows medians over the repetitions; --out gets the same, every sample, the
+prompt's token ids and llama.cpp's greedy ids in the decode.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import llama_cpp
+
+PREFILL_SIZES = (64, 512)
+DECODE_PROMPT = 64
+DECODE_STEPS = 128
+
+# (figure, the npurt JSON key, the row label)
+FIGURES = (
+    ("prefill_64", "prefill_64_tokens_per_s", "prefill 64 tokens"),
+    ("prefill_512", "prefill_512_tokens_per_s", "prefill 512 tokens"),
+    ("decode_128", "decode_128_tokens_per_s", "decode 128 tokens"),
+)
+NPURT_KEYS = tuple(key for _, key, _ in FIGURES) + ("host_threads", "prefill_chunk", "cores")
+
+DEFAULT_PROMPT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_prompt.txt")
+
+
+def fail(message):
+    print(f"peer_bench: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--model", required=True, help="GGUF file")
+    p.add_argument("--npurt-bench", required=True, help="npurt_model_bench binary")
+    p.add_argument("--reps", type=int, default=5, help="repetitions (default 5)")
+    p.add_argument("--out", required=True, help="JSON output path")
+    p.add_argument("--threads", type=int, default=None,
+                   help="llama.cpp threads (default: the npurt side's host_threads, "
+                        "else the CPU count)")
+    p.add_argument("--prompt-file", default=DEFAULT_PROMPT_FILE,
+                   help="prompt text (default: bench/peer_prompt.txt)")
+    args = p.parse_args()
+    if args.reps < 1:
+        p.error("--reps must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        p.error("--threads must be at least 1")
+    for path, what in ((args.model, "model"), (args.npurt_bench, "npurt bench"),
+                       (args.prompt_file, "prompt file")):
+        if not os.path.isfile(path):
+            fail(f"{what} not found: {path}")
+    return args
+
+
+def run_npurt(args):
+    """One npurt repetition; returns its JSON object."""
+    cmd = [args.npurt_bench, "--model", args.model, "--peer-json",
+           "--prompt-file", args.prompt_file]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        fail(f"{' '.join(cmd)} exited with status {proc.returncode}")
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        fail(f"{' '.join(cmd)}: the last line of stdout is not a JSON object")
+    if not isinstance(result, dict):
+        fail(f"{' '.join(cmd)}: the last line of stdout is not a JSON object")
+    missing = [k for k in NPURT_KEYS if k not in result]
+    if missing:
+        fail(f"{' '.join(cmd)}: JSON lacks {', '.join(missing)}")
+    return result
+
+
+class LlamaSide:
+    def __init__(self, model, threads, prompt_text):
+        self.llm = llama_cpp.Llama(
+            model_path=model,
+            n_ctx=1024,  # >= 512 for the long prefill and 64 + 128 for decode
+            n_batch=512,
+            n_ubatch=512,
+            n_threads=threads,
+            n_threads_batch=threads,
+            logits_all=False,
+            verbose=False,
+        )
+        self.n_vocab = self.llm.n_vocab()
+        tokens = self.llm.tokenize(prompt_text.encode("utf-8"), add_bos=True, special=False)
+        bos = self.llm.token_bos()
+        if not tokens or tokens[0] != bos:
+            tokens = [bos] + tokens
+        need = max(PREFILL_SIZES + (DECODE_PROMPT,))
+        if len(tokens) < need:
+            fail(f"the prompt gives {len(tokens)} tokens, fewer than {need}")
+        self.tokens = tokens
+        # The first evaluations allocate llama.cpp's compute buffers: keep them out of
+        # the samples.
+        for n in PREFILL_SIZES:
+            self.prefill(n)
+        self.decode()
+
+    def last_argmax(self):
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.n_vocab,))
+        return int(np.argmax(logits))
+
+    def prefill(self, n):
+        self.llm.reset()
+        start = time.perf_counter()
+        self.llm.eval(self.tokens[:n])
+        return n / (time.perf_counter() - start)
+
+    def decode(self):
+        """Greedy steps after the decode prompt; tokens/s and the generated ids."""
+        self.llm.reset()
+        self.llm.eval(self.tokens[:DECODE_PROMPT])
+        generated = []
+        start = time.perf_counter()
+        for _ in range(DECODE_STEPS):
+            tok = self.last_argmax()
+            generated.append(tok)
+            self.llm.eval([tok])
+        return DECODE_STEPS / (time.perf_counter() - start), generated
+
+    def measure(self):
+        """One repetition: the figures, and the greedy ids of its decode."""
+        sample = {f"prefill_{n}": self.prefill(n) for n in PREFILL_SIZES}
+        sample["decode_128"], generated = self.decode()
+        return sample, generated
+
+
+def main():
+    args = parse_args()
+    with open(args.prompt_file, encoding="utf-8") as f:
+        prompt_text = f.read().rstrip()
+
+    npurt_samples, llama_samples = [], []
+    llama = None
+    threads = args.threads
+    npurt_info = None
+    generated = None
+    for rep in range(args.reps):
+        result = run_npurt(args)
+        npurt_samples.append({name: float(result[key]) for name, key, _ in FIGURES})
+        info = {k: result[k] for k in ("host_threads", "prefill_chunk", "cores")}
+        if npurt_info is None:
+            npurt_info = info
+        elif info != npurt_info:
+            fail(f"the npurt side changed its configuration between repetitions: "
+                 f"{npurt_info} then {info}")
+        if llama is None:
+            # Loaded after the first npurt run, which tells the default thread count.
+            if threads is None:
+                host = result.get("host_threads")
+                threads = int(host) if isinstance(host, int) and host > 0 else os.cpu_count()
+            llama = LlamaSide(args.model, threads, prompt_text)
+        sample, generated = llama.measure()
+        llama_samples.append(sample)
+        print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
+
+    version = llama_cpp.__version__
+    system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
+
+    rows = {}
+    for name, _, label in FIGURES:
+        npurt_med = statistics.median(s[name] for s in npurt_samples)
+        llama_med = statistics.median(s[name] for s in llama_samples)
+        rows[name] = {
+            "label": label,
+            "npurt_tokens_per_s": npurt_med,
+            "llama_cpp_tokens_per_s": llama_med,
+            "ratio": npurt_med / llama_med if llama_med > 0 else None,
+            "npurt_samples": [s[name] for s in npurt_samples],
+            "llama_cpp_samples": [s[name] for s in llama_samples],
+        }
+
+    print(f"Gemma-3 on {os.path.basename(args.model)}: npurt against llama.cpp "
+          f"(medians of {args.reps}, alternating)")
+    print(f"threads: {threads} (llama.cpp); npurt host_threads {npurt_info['host_threads']}, "
+          f"cores {npurt_info['cores']}, prefill_chunk {npurt_info['prefill_chunk']}")
+    print(f"llama.cpp: llama-cpp-python {version}")
+    print(f"llama.cpp CPU features: {system_info}")
+    print()
+    print(f"{'figure':<20} {'npurt tok/s':>12} {'llama.cpp tok/s':>16} {'ratio':>7}")
+    for name, _, label in FIGURES:
+        r = rows[name]
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        print(f"{label:<20} {r['npurt_tokens_per_s']:>12.1f} "
+              f"{r['llama_cpp_tokens_per_s']:>16.1f} {ratio:>7}")
+
+    report = {
+        "model": args.model,
+        "prompt_file": args.prompt_file,
+        "reps": args.reps,
+        "threads": threads,
+        "llama_cpp_version": version,
+        "llama_cpp_system_info": system_info,
+        "npurt": npurt_info,
+        "figures": rows,
+        # For checking the npurt side's inputs and outputs against llama.cpp's: the
+        # prompt ids (the longest prefill's; the shorter ones are its prefixes) and
+        # llama.cpp's greedy ids in the last decode.
+        "prompt_token_ids": llama.tokens[:max(PREFILL_SIZES)],
+        "llama_cpp_decode_token_ids": generated,
+    }
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+#include "npurt/ops/prefill_attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "npurt/isa/builder.h"
+#include "ops/emit_util.h"
+#include "ops/online_softmax.h"
+
+namespace npurt::ops {
+
+using isa::AluOp;
+using isa::BinOp;
+using isa::DType;
+using isa::Reg;
+using isa::Tile;
+
+namespace {
+
+constexpr const char* kOp = "prefill_attention";
+constexpr uint32_t kMaxTileQ = 16;
+
+bool is_kv_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
+uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
+
+// Local memory of one work unit: rows = tile_q x group query rows.
+struct Layout {
+  uint64_t rows = 0, tq = 0, dim = 0, kv_esize = 4;
+  uint64_t q() const { return 0; }
+  uint64_t o() const { return align64(rows * dim * 4); }
+  uint64_t stat(int i) const { return o() + align64(rows * dim * 4) + align64(rows * 4) * i; }
+  uint64_t scores() const { return stat(kNumStats); }
+  uint64_t mask() const { return scores() + align64(rows * tq * 4); }
+  uint64_t kv() const { return mask() + align64(rows * tq * 4); }
+  uint64_t end() const { return kv() + tq * dim * kv_esize; }
+  static constexpr int kNumStats = 5;  // running max, tile max, rescale, running sum, tile sum
+};
+
+// Scalar and tile registers of the kernel.
+constexpr Reg kBlock{0}, kUnit{1}, kUnitCount{2}, kPos{3}, kRows{4}, kTmp{5}, kTmp2{6}, kI0{7}, kTokens{8},
+    kQRows{9}, kP0{10}, kQOff{11}, kKvOff{12}, kCols{13}, kMaskOff{14}, kFull{15}, kLastCount{16}, kMHi{17},
+    kClip{18}, kQStride{19}, kKvStride{20}, kScale{21}, kNegInf{22}, kZero{23}, kMaskStride{24}, kGroupOff{25},
+    kUnits{26}, kPer{27}, kTiles{28};
+constexpr Tile kQWide{0}, kQ{1}, kO{2}, kOWide{3}, kMax{4}, kTileMax{5}, kRescale{6}, kSum{7}, kTileSum{8},
+    kScores{9}, kMask{10}, kKv{11};
+
+// Faults the block (integer division by zero) unless `value` >= 0. Clobbers kTmp2.
+void emit_fault_if_negative(isa::KernelBuilder& b, Reg value) {
+  b.alui(AluOp::kAdd, kTmp2, value, 1);
+  b.alui(AluOp::kMax, kTmp2, kTmp2, 0);
+  b.alui(AluOp::kMin, kTmp2, kTmp2, 1);  // 1 iff value >= 0
+  b.li(kTmp, 1);
+  b.alu(AluOp::kDiv, kTmp, kTmp, kTmp2);
+}
+
+}  // namespace
+
+float PrefillAttention::effective_scale() const {
+  return p_.scale != 0 ? p_.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.head_dim)));
+}
+
+// The largest divisor of the window (any size without one) up to kMaxTileQ tokens.
+uint32_t PrefillAttention::tile_q() const {
+  if (p_.tile_q) return p_.tile_q;
+  const uint32_t limit = std::min(kMaxTileQ, p_.tokens);
+  if (!p_.window) return limit;
+  for (uint32_t d = limit; d > 1; --d) {
+    if (p_.window % d == 0) return d;
+  }
+  return 1;
+}
+
+std::string PrefillAttention::name() const {
+  std::string n = std::string(kOp) + " " + std::string(isa::dtype_name(p_.kv_dtype)) + " h" +
+                  std::to_string(p_.n_heads) + "/kv" + std::to_string(p_.n_kv_heads) + " d" +
+                  std::to_string(p_.head_dim) + " max" + std::to_string(p_.max_len) + " tokens" +
+                  std::to_string(p_.tokens);
+  if (p_.window) n += " window" + std::to_string(p_.window);
+  return n;
+}
+
+Status PrefillAttention::validate() const {
+  if (p_.n_heads == 0) return invalid_param(kOp, "n_heads", "must be > 0");
+  if (p_.n_kv_heads == 0) return invalid_param(kOp, "n_kv_heads", "must be > 0");
+  if (p_.n_heads % p_.n_kv_heads != 0) return invalid_param(kOp, "n_kv_heads", "must divide n_heads");
+  if (p_.head_dim == 0) return invalid_param(kOp, "head_dim", "must be > 0");
+  if (uint64_t{p_.head_dim} * (p_.n_heads / p_.n_kv_heads) > 65535) {
+    return invalid_param(kOp, "head_dim", "times the query heads per kv head must be <= 65535 (one tile row)");
+  }
+  if (p_.max_len == 0) return invalid_param(kOp, "max_len", "must be > 0");
+  if (p_.max_len > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+    return invalid_param(kOp, "max_len", "must be <= 2^31 - 1 (positions are i32)");
+  }
+  if (p_.tokens == 0) return invalid_param(kOp, "tokens", "must be > 0");
+  if (p_.tokens > p_.max_len) return invalid_param(kOp, "tokens", "must be <= max_len");
+  if (!std::isfinite(p_.scale) || p_.scale < 0) {
+    return invalid_param(kOp, "scale", "must be finite and >= 0 (0: 1/sqrt(head_dim))");
+  }
+  if (!is_kv_dtype(p_.kv_dtype)) return invalid_param(kOp, "kv_dtype", "must be f32, bf16 or f16");
+  if (p_.tile_q) {
+    if (p_.tile_q > p_.tokens) return invalid_param(kOp, "tile_q", "must be <= tokens");
+    if (p_.window && p_.window % p_.tile_q != 0) return invalid_param(kOp, "tile_q", "must divide window");
+  }
+  return Status();
+}
+
+std::vector<OpArg> PrefillAttention::signature() const {
+  const uint64_t q_elems = uint64_t{p_.tokens} * p_.n_heads * p_.head_dim;
+  const uint64_t cache_elems = uint64_t{p_.max_len} * p_.n_kv_heads * p_.head_dim;
+  return {OpArg::buffer("q", isa::Access::kIn, DType::kF32, q_elems),
+          OpArg::buffer("k_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
+          OpArg::buffer("v_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
+          OpArg::buffer("out", isa::Access::kOut, DType::kF32, q_elems),
+          OpArg::scalar("pos", DType::kI32),
+          OpArg::scalar(kRowsScalar, DType::kI32)};
+}
+
+StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
+  const Target& target = ctx.target;
+  const uint32_t group = p_.n_heads / p_.n_kv_heads;
+  const uint64_t tq = tile_q();
+  Layout lay{tq * group, tq, p_.head_dim, isa::dtype_size(p_.kv_dtype)};
+  NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.tile_q ? "tile_q" : "head_dim", lay.end(), target));
+  const uint64_t max_units = ceil_div(p_.tokens, tq) * p_.n_kv_heads;
+  const uint32_t grid = grid_for(max_units, p_.cores ? p_.cores : target.cores);
+  const int64_t pos_bytes = int64_t{p_.n_kv_heads} * p_.head_dim * static_cast<int64_t>(lay.kv_esize);
+  const int64_t token_q_bytes = int64_t{p_.n_heads} * p_.head_dim * 4;
+  const int64_t itq = static_cast<int64_t>(tq);
+  const float scale = effective_scale();
+
+  // Additive masks, rows x tq each, row r being query token r / group of the tile:
+  // causal (diagonal tile: key c is after token a when c > a), window edge (key c is
+  // out of the window of token a when c <= a) and none.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> masks(3 * lay.rows * tq, 0.0f);
+  for (uint64_t r = 0; r < lay.rows; ++r) {
+    const uint64_t a = r / group;
+    for (uint64_t c = 0; c < tq; ++c) {
+      masks[r * tq + c] = c > a ? -inf : 0.0f;
+      masks[(lay.rows + r) * tq + c] = c <= a ? -inf : 0.0f;
+    }
+  }
+
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t q = ctx.arg("q"), k_cache = ctx.arg("k_cache"), v_cache = ctx.arg("v_cache"), out = ctx.arg("out");
+  const uint32_t causal_at = b.add_constant_values(std::span<const float>(masks));
+  const int64_t window_at = causal_at + static_cast<int64_t>(lay.rows * tq * 4);
+  const int64_t none_at = window_at + static_cast<int64_t>(lay.rows * tq * 4);
+
+  // Launch-wide values and the guard: 0 <= pos and pos + rows <= max_len.
+  b.arg_value(kPos, ctx.arg("pos"));
+  b.alui(AluOp::kShl, kPos, kPos, 32);  // the scalars' low 32 bits, sign-extended
+  b.alui(AluOp::kShr, kPos, kPos, 32);
+  b.arg_value(kRows, ctx.arg(kRowsScalar));
+  b.alui(AluOp::kShl, kRows, kRows, 32);
+  b.alui(AluOp::kShr, kRows, kRows, 32);
+  emit_fault_if_negative(b, kPos);
+  b.li(kTmp, p_.max_len);
+  b.alu(AluOp::kSub, kTmp, kTmp, kPos);
+  b.alu(AluOp::kSub, kTmp, kTmp, kRows);
+  emit_fault_if_negative(b, kTmp);
+  b.li(kQStride, int64_t{p_.n_heads} * p_.head_dim);
+  b.li(kKvStride, int64_t{p_.n_kv_heads} * p_.head_dim);
+  b.li(kMaskStride, itq);
+  b.li(kScale, f32_bits(scale));
+  b.li(kNegInf, f32_bits(-inf));
+  b.li(kZero, 0);
+
+  b.block_id(kBlock);
+  emit_ceil_div(b, kTiles, kRows, itq);
+  b.alui(AluOp::kMul, kUnits, kTiles, p_.n_kv_heads);
+  emit_block_range_at_run_time(b, kBlock, kUnits, grid, kUnit, kUnitCount, kPer);
+
+  const auto def_rows = [&](Tile t, Reg rows, int cols, uint64_t at) {
+    b.tdef(t, DType::kF32, rows, cols, static_cast<uint32_t>(at));
+  };
+  // One key tile of kCols positions at kKvOff: scores of every row, plus the mask at
+  // kMaskOff when `masked`, folded into the running softmax.
+  const auto emit_key_tile = [&](bool masked) {
+    b.tdef(kKv, p_.kv_dtype, kCols, static_cast<int>(p_.head_dim), static_cast<uint32_t>(lay.kv()));
+    b.tdef(kScores, DType::kF32, kQRows, kCols, static_cast<uint32_t>(lay.scores()));
+    b.tld(kKv, k_cache, kKvOff, p_.kv_dtype, kKvStride);
+    b.tmma(kScores, kQ, kKv, isa::kTransB);
+    if (masked) {
+      b.tdef(kMask, DType::kF32, kQRows, kCols, static_cast<uint32_t>(lay.mask()));
+      b.tld(kMask, isa::kConstArg, kMaskOff, DType::kF32, kMaskStride);
+      b.tbin(BinOp::kAdd, kScores, kScores, kMask);
+    }
+    emit_online_softmax_fold(b, {kMax, kTileMax, kRescale, kSum, kTileSum, kScores, kO});
+    b.tld(kKv, v_cache, kKvOff, p_.kv_dtype, kKvStride);
+    b.tmma(kO, kScores, kKv, isa::kAccumulate);
+  };
+  // kKvOff = position `pos_reg` of the unit's kv head.
+  const auto kv_at = [&](Reg pos_reg) {
+    b.alui(AluOp::kMul, kKvOff, pos_reg, pos_bytes);
+    b.alu(AluOp::kAdd, kKvOff, kKvOff, kGroupOff);
+  };
+
+  b.loop_begin(kUnitCount);
+  // Unit u: query tile u / n_kv of tokens [i0, i0 + tokens), kv head u % n_kv.
+  b.alui(AluOp::kDiv, kI0, kUnit, p_.n_kv_heads);
+  b.alui(AluOp::kMul, kI0, kI0, itq);
+  b.alui(AluOp::kRem, kGroupOff, kUnit, p_.n_kv_heads);
+  b.alui(AluOp::kMul, kQOff, kGroupOff, int64_t{group} * p_.head_dim * 4);
+  b.alui(AluOp::kMul, kGroupOff, kGroupOff, int64_t{p_.head_dim} * static_cast<int64_t>(lay.kv_esize));
+  b.alu(AluOp::kSub, kTokens, kRows, kI0);
+  b.alui(AluOp::kMin, kTokens, kTokens, itq);
+  b.alui(AluOp::kMul, kQRows, kTokens, group);
+  b.alu(AluOp::kAdd, kP0, kPos, kI0);
+  b.alui(AluOp::kMul, kTmp, kI0, token_q_bytes);
+  b.alu(AluOp::kAdd, kQOff, kQOff, kTmp);
+  // The unit's queries: tokens x (group heads of dim) in GM, the same bytes as
+  // (tokens * group) x dim rows locally.
+  b.tdef(kQWide, DType::kF32, kTokens, static_cast<int>(group * p_.head_dim), static_cast<uint32_t>(lay.q()));
+  def_rows(kQ, kQRows, static_cast<int>(p_.head_dim), lay.q());
+  def_rows(kO, kQRows, static_cast<int>(p_.head_dim), lay.o());
+  b.tdef(kOWide, DType::kF32, kTokens, static_cast<int>(group * p_.head_dim), static_cast<uint32_t>(lay.o()));
+  const Tile stats[Layout::kNumStats] = {kMax, kTileMax, kRescale, kSum, kTileSum};
+  for (int i = 0; i < Layout::kNumStats; ++i) def_rows(stats[i], kQRows, 1, lay.stat(i));
+  b.tld(kQWide, q, kQOff, DType::kF32, kQStride);
+  if (scale != 1.0f) b.tsop(BinOp::kMul, kQ, kQ, kScale);
+  b.tfill(kO, kZero);
+  b.tfill(kSum, kZero);
+  b.tfill(kMax, kNegInf);
+
+  // The diagonal tile [P0, P0 + tokens), causal mask.
+  kv_at(kP0);
+  b.mov(kCols, kTokens);
+  b.li(kMaskOff, causal_at);
+  emit_key_tile(true);
+
+  // m_hi = ceil(P0 / tq) key tiles below the diagonal reach position 0; the window
+  // keeps at most window / tq of them.
+  emit_ceil_div(b, kMHi, kP0, itq);
+  if (p_.window) b.alui(AluOp::kMin, kMHi, kMHi, static_cast<int64_t>(p_.window / tq));
+  // Tiles 1 .. m_hi - 1: whole, in the window, unmasked.
+  b.alui(AluOp::kSub, kFull, kMHi, 1);
+  b.alui(AluOp::kMax, kFull, kFull, 0);
+  b.alui(AluOp::kSub, kTmp, kP0, itq);
+  kv_at(kTmp);
+  b.li(kCols, itq);
+  b.loop_begin(kFull);
+  emit_key_tile(false);
+  b.alui(AluOp::kSub, kKvOff, kKvOff, itq * pos_bytes);
+  b.loop_end();
+
+  // Tile m_hi (if any): starts at P0 - m_hi * tq, cut at position 0 (clip columns),
+  // with the window mask when it is the window's edge tile, else the zero mask.
+  b.alui(AluOp::kMin, kLastCount, kMHi, 1);
+  b.loop_begin(kLastCount);
+  b.alui(AluOp::kMul, kTmp, kMHi, -itq);
+  b.alu(AluOp::kAdd, kTmp, kTmp, kP0);  // start, maybe negative
+  b.li(kClip, 0);
+  b.alu(AluOp::kSub, kClip, kClip, kTmp);
+  b.alui(AluOp::kMax, kClip, kClip, 0);
+  b.alui(AluOp::kMax, kTmp, kTmp, 0);
+  kv_at(kTmp);
+  b.li(kCols, itq);
+  b.alu(AluOp::kSub, kCols, kCols, kClip);
+  if (p_.window) {
+    // edge = 1 iff m_hi == window / tq (m_hi never exceeds it).
+    b.li(kTmp, static_cast<int64_t>(p_.window / tq));
+    b.alu(AluOp::kSub, kTmp, kTmp, kMHi);
+    b.alui(AluOp::kMin, kTmp, kTmp, 1);
+    b.alui(AluOp::kMul, kTmp, kTmp, none_at - window_at);  // 0 at the edge, else the distance to none
+    b.alui(AluOp::kAdd, kMaskOff, kTmp, window_at);
+  } else {
+    b.li(kMaskOff, none_at);
+  }
+  b.alui(AluOp::kMul, kTmp, kClip, 4);
+  b.alu(AluOp::kAdd, kMaskOff, kMaskOff, kTmp);
+  emit_key_tile(true);
+  b.loop_end();
+
+  b.tbin(BinOp::kDiv, kO, kO, kSum, isa::kBcastCol);
+  b.tst(kOWide, out, kQOff, DType::kF32, kQStride);
+  b.alui(AluOp::kAdd, kUnit, kUnit, 1);
+  b.loop_end();
+  b.reserve_local(static_cast<uint32_t>(lay.end()));
+  return grid;
+}
+
+void PrefillAttention::compute_reference(std::span<const HostArg> args) const {
+  const uint64_t H = p_.n_heads, D = p_.head_dim, KV = p_.n_kv_heads;
+  const int64_t pos = static_cast<int32_t>(args[4].as_i64());
+  const int64_t rows = static_cast<int32_t>(args[5].as_i64());
+  std::vector<float> out = read_f32(args[3], DType::kF32);
+  if (pos < 0 || rows < 0 || rows > static_cast<int64_t>(p_.tokens) || pos + rows > static_cast<int64_t>(p_.max_len)) {
+    std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());  // the kernel faults
+    write_f32(args[3], DType::kF32, out);
+    return;
+  }
+  const std::vector<float> q = read_f32(args[0], DType::kF32);
+  const std::vector<float> k = read_f32(args[1], p_.kv_dtype);
+  const std::vector<float> v = read_f32(args[2], p_.kv_dtype);
+  const double scale = effective_scale();
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t len = pos + i + 1;
+    const int64_t first = p_.window ? std::max<int64_t>(0, len - p_.window) : 0;
+    for (uint64_t h = 0; h < H; ++h) {
+      const uint64_t g = h / (H / KV);
+      const float* qh = &q[(i * H + h) * D];
+      std::vector<double> score(len - first);
+      for (int64_t t = first; t < len; ++t) {
+        double dot = 0;
+        for (uint64_t d = 0; d < D; ++d) dot += static_cast<double>(qh[d]) * k[(t * KV + g) * D + d];
+        score[t - first] = scale * dot;
+      }
+      const double max = *std::max_element(score.begin(), score.end());
+      double sum = 0;
+      for (double& x : score) sum += (x = std::exp(x - max));
+      for (uint64_t d = 0; d < D; ++d) {
+        double acc = 0;
+        for (int64_t t = first; t < len; ++t) acc += score[t - first] * v[(t * KV + g) * D + d];
+        out[(i * H + h) * D + d] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+  write_f32(args[3], DType::kF32, out);
+}
+
+}  // namespace npurt::ops

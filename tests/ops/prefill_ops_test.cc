@@ -1,0 +1,296 @@
+// The batched-prefill operators: WeightGemm, PrefillAttention, and the runtime-row
+// forms of RmsNorm, Elementwise, StridedCopy, Embedding and Rope, each against its host
+// reference on fresh random data with poisoned outputs, over awkward chunk lengths.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "npurt/ops/copy.h"
+#include "npurt/ops/elementwise.h"
+#include "npurt/ops/embedding.h"
+#include "npurt/ops/prefill_attention.h"
+#include "npurt/ops/rmsnorm.h"
+#include "npurt/ops/rope.h"
+#include "npurt/ops/weight_gemm.h"
+#include "ops/op_harness.h"
+
+namespace npurt::ops {
+namespace {
+
+using isa::DType;
+using testing::message_has;
+using testing::OpHarness;
+
+constexpr uint64_t kChunkLengths[] = {1, 7, 64, 65, 511, 512};
+
+// ---- WeightGemm ----
+
+struct GemmCase {
+  DType weight;
+  uint64_t m, k, rows, runtime_rows;  // runtime_rows 0: compiled rows, no scalar
+};
+
+std::string gemm_name(const ::testing::TestParamInfo<GemmCase>& info) {
+  const GemmCase& c = info.param;
+  return std::string(isa::dtype_name(c.weight)) + "_" + std::to_string(c.m) + "x" + std::to_string(c.k) + "_rows" +
+         std::to_string(c.rows) + (c.runtime_rows ? "_at" + std::to_string(c.runtime_rows) : "");
+}
+
+class WeightGemmShapes : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(WeightGemmShapes, MatchesReference) {
+  const GemmCase c = GetParam();
+  WeightGemm op({.m = c.m, .k = c.k, .rows = c.rows, .weight = c.weight, .rows_runtime = c.runtime_rows != 0});
+  OpHarness h(op, static_cast<uint32_t>(c.m * 7 + c.k + c.rows));
+  if (c.runtime_rows) h.set_scalar("rows", HostArg::i64(static_cast<int64_t>(c.runtime_rows)));
+  const Status s = h.run();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  // f32 sums over exactly decoded weights: f32 rounding only, whatever the type.
+  EXPECT_LE(h.rel_l2("y"), 1e-5) << op.name() << " grid " << h.grid();
+}
+
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> v;
+  const DType kAll[] = {DType::kF32,  DType::kBF16, DType::kF16,  DType::kQ8_0, DType::kQ4_0,
+                        DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  for (DType t : kAll) {
+    const uint64_t k = isa::dtype_block_elems(t) == 256 ? 512 : 640;
+    for (uint64_t rows : {uint64_t{1}, uint64_t{65}}) v.push_back({t, 96, k, rows, 0});
+    v.push_back({t, 100, k, 512, 7});  // a short last m tile, a runtime chunk
+  }
+  // Every chunk length on the types of the Gemma file, at its widths (K = 640, 2048).
+  for (DType t : {DType::kQ5_0, DType::kQ8_0}) {
+    for (uint64_t rows : kChunkLengths) v.push_back({t, 80, 640, 512, rows});
+  }
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    for (uint64_t rows : kChunkLengths) v.push_back({t, 64, 2048, 512, rows});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, WeightGemmShapes, ::testing::ValuesIn(gemm_cases()), gemm_name);
+
+TEST(WeightGemm, RejectsBadParameters) {
+  const auto bad = [](WeightGemmParams p, std::string_view param) {
+    const Status s = WeightGemm(p).validate();
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(message_has(s, "'" + std::string(param) + "'")) << s.to_string();
+  };
+  bad({.m = 0, .k = 64, .rows = 4}, "m");
+  bad({.m = 64, .k = 0, .rows = 4}, "k");
+  bad({.m = 64, .k = 64, .rows = 0}, "rows");
+  bad({.m = 64, .k = 640, .rows = 4, .weight = DType::kQ4_K}, "k");
+  bad({.m = 64, .k = 64, .rows = 4, .weight = DType::kI32}, "weight");
+  bad({.m = 64, .k = 64, .rows = 4, .tile_m = 24}, "tile_m");
+  bad({.m = 64, .k = 640, .rows = 4, .weight = DType::kQ8_0, .tile_k = 48}, "tile_k");
+  // Accumulators for 65535 rows cannot fit local memory: compile names the parameter.
+  const StatusOr<Kernel> k = WeightGemm({.m = 64, .k = 64, .rows = 65535}).compile();
+  ASSERT_FALSE(k.ok());
+  EXPECT_TRUE(message_has(k.status(), "'rows'")) << k.status().to_string();
+}
+
+// More rows at run time than compiled: the loads leave x and the launch faults.
+TEST(WeightGemm, TooManyRuntimeRowsFault) {
+  WeightGemm op({.m = 32, .k = 64, .rows = 8, .rows_runtime = true});
+  OpHarness h(op, 3);
+  h.set_scalar("rows", HostArg::i64(9));
+  const Status s = h.run();
+  EXPECT_EQ(s.code(), StatusCode::kDeviceFault) << s.to_string();
+}
+
+// ---- PrefillAttention ----
+
+struct AttnCase {
+  uint32_t heads, kv_heads, dim, max_len, tokens, window;
+  int64_t pos, rows;
+};
+
+std::string attn_name(const ::testing::TestParamInfo<AttnCase>& info) {
+  const AttnCase& c = info.param;
+  return "h" + std::to_string(c.heads) + "kv" + std::to_string(c.kv_heads) + "d" + std::to_string(c.dim) + "_w" +
+         std::to_string(c.window) + "_pos" + std::to_string(c.pos) + "_rows" + std::to_string(c.rows);
+}
+
+PrefillAttention attention_of(const AttnCase& c, uint32_t window) {
+  return PrefillAttention({.n_heads = c.heads,
+                           .n_kv_heads = c.kv_heads,
+                           .head_dim = c.dim,
+                           .max_len = c.max_len,
+                           .tokens = c.tokens,
+                           .window = window});
+}
+
+class PrefillAttentionShapes : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PrefillAttentionShapes, MatchesReference) {
+  const AttnCase c = GetParam();
+  const PrefillAttention op = attention_of(c, c.window);
+  OpHarness h(op, static_cast<uint32_t>(c.pos * 13 + c.rows));
+  h.set_scalar("pos", HostArg::i64(c.pos));
+  h.set_scalar("rows", HostArg::i64(c.rows));
+  const Status s = h.run();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_LE(h.rel_l2("out"), 1e-5) << op.name();
+}
+
+std::vector<AttnCase> attn_cases() {
+  std::vector<AttnCase> v;
+  // Gemma-3-270M's heads (4 query heads on 1 kv head of 256), local window 512.
+  for (uint64_t rows : kChunkLengths) {
+    v.push_back({4, 1, 256, 1100, 512, 0, 0, static_cast<int64_t>(rows)});
+  }
+  v.push_back({4, 1, 256, 1100, 512, 512, 0, 512});
+  v.push_back({4, 1, 256, 1100, 512, 512, 300, 300});  // crosses the window inside the chunk
+  v.push_back({4, 1, 256, 1100, 512, 512, 500, 30});   // window edge cut at position 0
+  v.push_back({4, 1, 256, 1100, 512, 512, 600, 65});   // every query's window starts past 0
+  v.push_back({4, 1, 256, 1100, 512, 0, 100, 65});     // lowest key tile cut at position 0
+  // More kv heads, a small window (the synthetic model's 8) and odd positions.
+  v.push_back({8, 2, 64, 300, 64, 8, 0, 64});
+  v.push_back({8, 2, 64, 300, 64, 8, 5, 40});
+  v.push_back({8, 2, 64, 300, 64, 8, 37, 1});
+  v.push_back({6, 3, 32, 300, 64, 0, 13, 19});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, PrefillAttentionShapes, ::testing::ValuesIn(attn_cases()), attn_name);
+
+// The window test can fail: the kernel compiled without the window misses the
+// windowed reference on a chunk that crosses the window.
+TEST(PrefillAttention, IgnoringTheWindowIsCaught) {
+  const AttnCase c{4, 1, 256, 1100, 512, 512, 300, 300};
+  const PrefillAttention windowed = attention_of(c, 512), unwindowed = attention_of(c, 0);
+  OpHarness want(windowed, 99), got(unwindowed, 99);  // same seed: the same inputs
+  for (OpHarness* h : {&want, &got}) {
+    h->set_scalar("pos", HostArg::i64(c.pos));
+    h->set_scalar("rows", HostArg::i64(c.rows));
+    ASSERT_TRUE(h->run().ok());
+  }
+  ASSERT_EQ(want.input_bytes("k_cache"), got.input_bytes("k_cache"));
+  const std::vector<float> a = got.device_f32("out"), b = want.reference_f32("out");
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (std::isnan(b[i])) continue;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  EXPECT_GT(std::sqrt(num / den), 1e-3);
+  EXPECT_LE(want.rel_l2("out"), 1e-5);
+}
+
+TEST(PrefillAttention, OutOfRangePositionsFault) {
+  const AttnCase c{4, 1, 64, 100, 16, 0, 0, 0};
+  for (auto [pos, rows] : {std::pair<int64_t, int64_t>{-1, 4}, {90, 11}}) {
+    const PrefillAttention op = attention_of(c, 0);
+    OpHarness h(op, 5);
+    h.set_scalar("pos", HostArg::i64(pos));
+    h.set_scalar("rows", HostArg::i64(rows));
+    EXPECT_EQ(h.run().code(), StatusCode::kDeviceFault) << pos << " " << rows;
+  }
+}
+
+TEST(PrefillAttention, RejectsBadParameters) {
+  const auto bad = [](PrefillAttentionParams p, std::string_view param) {
+    const Status s = PrefillAttention(p).validate();
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(message_has(s, "'" + std::string(param) + "'")) << s.to_string();
+  };
+  const PrefillAttentionParams ok{.n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .max_len = 64, .tokens = 16};
+  auto with = [&](auto f) {
+    PrefillAttentionParams p = ok;
+    f(p);
+    return p;
+  };
+  EXPECT_TRUE(PrefillAttention(ok).validate().ok());
+  bad(with([](auto& p) { p.n_kv_heads = 3; }), "n_kv_heads");
+  bad(with([](auto& p) { p.tokens = 0; }), "tokens");
+  bad(with([](auto& p) { p.tokens = 65; }), "tokens");
+  bad(with([](auto& p) { p.head_dim = 0; }), "head_dim");
+  bad(with([](auto& p) { p.kv_dtype = DType::kQ8_0; }), "kv_dtype");
+  bad(with([](auto& p) { p.window = 12, p.tile_q = 8; }), "tile_q");
+}
+
+// ---- Runtime rows of the row-wise operators ----
+
+TEST(RuntimeRows, RmsNormPerRowAndPerHead) {
+  for (auto [rows, dim, at] : {std::tuple<uint64_t, uint32_t, int64_t>{512, 640, 65}, {2048, 256, 511 * 4}, {7, 640, 7}}) {
+    RmsNorm op({.rows = rows, .dim = dim, .rows_runtime = true});
+    OpHarness h(op, static_cast<uint32_t>(rows + dim));
+    h.set_scalar("rows", HostArg::i64(at));
+    ASSERT_TRUE(h.run().ok());
+    EXPECT_LE(h.rel_l2("out"), 1e-5) << op.name();
+  }
+}
+
+TEST(RuntimeRows, ElementwiseRows) {
+  Elementwise op({.kind = ElementwiseKind::kGeluTanhMul, .n = 512 * 2048, .row_elems = 2048});
+  OpHarness h(op, 4);
+  h.set_scalar("rows", HostArg::i64(65));
+  ASSERT_TRUE(h.run().ok());
+  EXPECT_LE(h.rel_l2("out"), 1e-5);
+  EXPECT_FALSE(Elementwise({.n = 100, .row_elems = 30}).validate().ok());
+}
+
+TEST(RuntimeRows, KvAppendOfRowsAtPosition) {
+  StridedCopy op({.rows = 512, .cols = 256, .dst_rows = 1100, .dst_row_runtime = true, .rows_runtime = true});
+  for (auto [at, rows] : {std::pair<int64_t, int64_t>{0, 512}, {300, 65}, {1099, 1}}) {
+    OpHarness h(op, 6);
+    h.set_scalar("dst_row", HostArg::i64(at));
+    h.set_scalar("rows", HostArg::i64(rows));
+    ASSERT_TRUE(h.run().ok());
+    EXPECT_EQ(h.device_bytes("dst"), h.reference_bytes("dst"));
+  }
+}
+
+TEST(RuntimeRows, LastRowBySourceRow) {
+  StridedCopy op({.rows = 1, .cols = 640, .src_rows = 512, .src_row_runtime = true});
+  OpHarness h(op, 7);
+  h.set_scalar("src_row", HostArg::i64(64));
+  ASSERT_TRUE(h.run().ok());
+  EXPECT_EQ(h.device_bytes("dst"), h.reference_bytes("dst"));
+  const std::vector<float> src = isa::to_f32(h.input_bytes("src"), DType::kF32);
+  EXPECT_EQ(h.device_f32("dst")[3], src[64 * 640 + 3]);
+}
+
+TEST(RuntimeRows, EmbeddingOfTokens) {
+  for (DType t : {DType::kQ8_0, DType::kBF16, DType::kQ4_K}) {
+    Embedding op({.vocab = 1000, .dim = 512, .dtype = t, .scale = 22.6f, .tokens = 512});
+    OpHarness h(op, 8);
+    std::vector<int32_t> ids(512);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % 1000);
+    testing::Bytes b(ids.size() * 4);
+    std::memcpy(b.data(), ids.data(), b.size());
+    h.set_bytes("tokens", b);
+    h.set_scalar("rows", HostArg::i64(65));
+    ASSERT_TRUE(h.run().ok());
+    EXPECT_LE(h.rel_l2("out"), 1e-6) << op.name();
+  }
+}
+
+// Token i of a batched RoPE is bit for bit the one-token RoPE at pos + i: batched and
+// token-by-token prefill write the same keys into the cache.
+TEST(RuntimeRows, BatchedRopeIsTheOneTokenRope) {
+  const uint32_t heads = 4, dim = 256;
+  const int64_t pos = 1000, rows = 65;
+  Rope batched({.n_heads = heads, .head_dim = dim, .tokens = 512});
+  OpHarness hb(batched, 9);
+  hb.set_scalar("pos", HostArg::i64(pos));
+  hb.set_scalar("base", HostArg::f32(10000.0f));
+  hb.set_scalar("rows", HostArg::i64(rows));
+  ASSERT_TRUE(hb.run().ok());
+  EXPECT_LE(hb.rel_l2("out"), 1e-4);  // f32 angles at pos ~1000 (rope.h)
+  const testing::Bytes& x = hb.input_bytes("x");
+  const testing::Bytes& y = hb.device_bytes("out");
+  Rope one({.n_heads = heads, .head_dim = dim});
+  const size_t token_bytes = size_t{heads} * dim * 4;
+  for (int64_t i : {int64_t{0}, int64_t{1}, int64_t{31}, int64_t{64}}) {
+    OpHarness h1(one, 10);
+    h1.set_bytes("x", testing::Bytes(x.begin() + i * token_bytes, x.begin() + (i + 1) * token_bytes));
+    h1.set_scalar("pos", HostArg::i64(pos + i));
+    h1.set_scalar("base", HostArg::f32(10000.0f));
+    ASSERT_TRUE(h1.run().ok());
+    EXPECT_EQ(0, std::memcmp(h1.device_bytes("out").data(), y.data() + i * token_bytes, token_bytes)) << "token " << i;
+  }
+}
+
+}  // namespace
+}  // namespace npurt::ops
