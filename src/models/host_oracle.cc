@@ -141,7 +141,7 @@ Status HostOracle::reset() {
   return ok_status();
 }
 
-StatusOr<std::span<const float>> HostOracle::step(int32_t token) {
+StatusOr<std::span<const float>> HostOracle::step(int32_t token, bool logits) {
   const Gemma3Config& c = config_;
   if (token < 0 || token >= c.vocab) {
     return invalid_argument("host oracle: token " + std::to_string(token) +
@@ -162,9 +162,10 @@ StatusOr<std::span<const float>> HostOracle::step(int32_t token) {
     attention_block(l, h);
     ffn_block(l, h);
   }
+  ++position_;
+  if (!logits) return std::span<const float>();
   rms_norm(h.data(), c.hidden, output_norm_, c.rms_eps);
   host_matvec(output_.data, output_.dtype, output_.in, output_.out, h.data(), logits_.data());
-  ++position_;
   return std::span<const float>(logits_);
 }
 
@@ -259,6 +260,12 @@ StatusOr<int32_t> HostTokenModel::step(int32_t token) {
   NPURT_ASSIGN_OR_RETURN(std::span<const float> logits, oracle_.step(token));
   // Ties go to the lowest id, as the device's first-max argmax does.
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+StatusOr<int32_t> HostTokenModel::prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return Status(StatusCode::kInvalidArgument, "host oracle: prefill of an empty prompt");
+  for (size_t i = 0; i + 1 < tokens.size(); ++i) NPURT_RETURN_IF_ERROR(oracle_.step(tokens[i], false).status());
+  return step(tokens.back());
 }
 
 StatusOr<std::vector<int32_t>> greedy(HostOracle& oracle, const std::vector<int32_t>& prompt,

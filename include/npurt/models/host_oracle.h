@@ -32,8 +32,10 @@ class HostOracle {
   // Empties the KV cache; the next step() is at position 0.
   Status reset();
   // Runs `token` at position() and appends its keys and values to the cache. The
-  // logits stay valid until the next step() or reset().
-  StatusOr<std::span<const float>> step(int32_t token);
+  // logits stay valid until the next step() or reset(). Without `logits` the LM head
+  // (most of a step's work) is skipped and the span is empty: prompt tokens before the
+  // last need only their keys and values.
+  StatusOr<std::span<const float>> step(int32_t token, bool logits = true);
 
   int32_t position() const { return position_; }
   const Gemma3Config& config() const { return config_; }
@@ -77,6 +79,8 @@ class HostTokenModel final : public TokenModel {
  public:
   explicit HostTokenModel(HostOracle& oracle) : oracle_(oracle) {}
   StatusOr<int32_t> step(int32_t token) override;
+  // Every token but the last without its LM head.
+  StatusOr<int32_t> prefill(std::span<const int32_t> tokens) override;
   Status reset() override { return oracle_.reset(); }
   int32_t position() const override { return oracle_.position(); }
 
