@@ -45,6 +45,17 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Median wall time of `n` launches of an operator loaded by OpRunner.
+double median_launch_seconds(bench::OpRunner& run, int n) {
+  std::vector<double> s;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = Clock::now();
+    run.run();
+    s.push_back(seconds_since(t0));
+  }
+  return median(s);
+}
+
 template <typename T>
 T or_die(StatusOr<T> v, const char* what) {
   if (!v.ok()) {
@@ -129,13 +140,7 @@ void print_breakdown(const models::GgufFile& file, const models::Gemma3Config& c
       if (!timed.count(key)) {
         ops::WeightGemm op({.m = mk.first, .k = mk.second, .rows = T, .weight = t->dtype});
         bench::OpRunner run(op, {}, so);
-        std::vector<double> s;
-        for (int i = 0; i < 3; ++i) {
-          const auto t0 = Clock::now();
-          run.run();
-          s.push_back(seconds_since(t0));
-        }
-        timed[key] = median(s);
+        timed[key] = median_launch_seconds(run, 3);
       }
       parts[role].what = "weight_gemm " + role;
       parts[role].seconds += timed[key];
@@ -146,16 +151,11 @@ void print_breakdown(const models::GgufFile& file, const models::Gemma3Config& c
                               .head_dim = uint32_t(c.head_dim), .max_len = T, .tokens = T,
                               .window = global ? 0u : uint32_t(c.sliding_window)});
     bench::OpRunner run(op, {{"pos", 0}, {"rows", T}}, so);
-    std::vector<double> s;
-    for (int i = 0; i < 3; ++i) {
-      const auto t0 = Clock::now();
-      run.run();
-      s.push_back(seconds_since(t0));
-    }
+    const double seconds = median_launch_seconds(run, 3);
     int layers = 0;
     for (int32_t l = 0; l < c.n_layers; ++l) layers += c.is_global(l) == global;
     parts[global ? "~global" : "~local"] = {global ? "prefill_attention global" : "prefill_attention local",
-                                            median(s) * layers};
+                                            seconds * layers};
   }
   double sum = 0;
   std::printf("  where a %u-token chunk's %.3f s go (operators timed alone, times their count):\n", T, chunk_seconds);
@@ -209,13 +209,7 @@ double tile_matmul_peak_gflops(uint32_t cores) {
   so.num_cores = cores;
   TileMatmulLoop op(cores);
   bench::OpRunner run(op, {}, so);
-  std::vector<double> s;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = Clock::now();
-    run.run();
-    s.push_back(seconds_since(t0));
-  }
-  return op.flops() / median(s) / 1e9;
+  return op.flops() / median_launch_seconds(run, 5) / 1e9;
 }
 
 }  // namespace
