@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "npurt/exec/code_registry.h"
+#include "npurt/runtime/runtime.h"
 #include "npurt/exec/worker.h"
+#include "npurt/runtime/runtime.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/builder.h"
 
@@ -106,13 +108,13 @@ isa::Image small_add_kernel() {
 // ---- latency: reuse vs. a fresh stream per run ----
 
 void BM_RunLatencyReuseVsStreamPerRun(benchmark::State& state) {
-  auto dev = must(hal::create_sim_device());
-  exec::CodeRegistry registry(*dev);
+  auto runtime = must(Runtime::create_sim());
+  const std::shared_ptr<hal::Device>& dev = runtime->shared_device();
   exec::WorkerOptions reuse_opts, fresh_opts;
   fresh_opts.stream_per_run = true;
-  auto reuse = must(exec::Worker::make(*dev, registry, reuse_opts));
-  auto fresh = must(exec::Worker::make(*dev, registry, fresh_opts));
-  const exec::CodeHandle code = must(registry.register_image(small_add_kernel()));
+  auto reuse = must(runtime->make_worker(reuse_opts));
+  auto fresh = must(runtime->make_worker(fresh_opts));
+  const exec::CodeHandle code = must(runtime->registry().register_image(small_add_kernel()));
 
   constexpr uint64_t kN = 64 * 8, kBytes = kN * 4;
   std::vector<float> hx(kN, 1.f), result(kN);
@@ -163,8 +165,8 @@ struct PipelineRig {
   static constexpr uint64_t kInputBytes = kGrid * kTilesPerBlock * kTileBytes;
   static constexpr uint64_t kReadbackBytes = 4096;
 
-  std::unique_ptr<hal::Device> dev;
-  std::unique_ptr<exec::CodeRegistry> registry;
+  std::shared_ptr<Runtime> runtime;
+  std::shared_ptr<hal::Device> dev;
   exec::CodeHandle code;
   std::vector<float> host_x, host_y;
   struct SlotBufs {
@@ -181,9 +183,9 @@ struct PipelineRig {
     // One host thread runs a launch's cores, another a copy stream: the simulator's
     // "compute engine" and "DMA engine" each get a CPU even on a 2-CPU machine.
     o.host_threads = 1;
-    dev = must(hal::create_sim_device(o));
-    registry = std::make_unique<exec::CodeRegistry>(*dev);
-    code = must(registry->register_image(stream_add_kernel()));
+    runtime = must(Runtime::create_sim(o));
+    dev = runtime->shared_device();
+    code = must(runtime->registry().register_image(stream_add_kernel()));
     host_x.assign(kInputBytes / 4, 0.5f);
     host_y.assign(kInputBytes / 4, 0.25f);
     for (int i = 0; i < 2; ++i) {
@@ -286,8 +288,8 @@ void BM_PipelineDepth1VsDepth2(benchmark::State& state) {
   exec::WorkerOptions d1, d2;
   d1.depth = 1;
   d2.depth = 2;
-  auto w1 = must(exec::Worker::make(*rig.dev, *rig.registry, d1));
-  auto w2 = must(exec::Worker::make(*rig.dev, *rig.registry, d2));
+  auto w1 = must(rig.runtime->make_worker(d1));
+  auto w2 = must(rig.runtime->make_worker(d2));
   constexpr int kBatch = 16;
   auto batch = [&](exec::Worker& w) {
     std::vector<exec::RunHandle> runs;

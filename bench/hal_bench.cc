@@ -26,7 +26,7 @@ using namespace npurt;
 double pingpong_us();
 
 struct Sim {
-  std::unique_ptr<hal::Device> dev;
+  std::shared_ptr<hal::Device> dev;
   hal::StreamId stream = 0;
   hal::DeviceAddr empty_kernel = 0;
 

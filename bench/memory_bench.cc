@@ -44,7 +44,7 @@ isa::Image empty_kernel(int inputs, int outputs) {
 }
 
 struct Rig {
-  std::unique_ptr<hal::Device> dev;
+  std::shared_ptr<hal::Device> dev;
   isa::Image k1 = empty_kernel(1, 0);
   isa::Image k8 = empty_kernel(4, 4);
   isa::Image k9 = empty_kernel(8, 1);
@@ -60,7 +60,7 @@ struct Rig {
       *addr = dev->allocate(image->bytes().size()).value();
       if (!dev->upload_code(*addr, *image).ok()) std::abort();
     }
-    ctx = std::move(MemoryContext::create(*dev).value());
+    ctx = std::move(MemoryContext::create(dev).value());
     stream = dev->create_stream().value();  // after every upload
   }
   ~Rig() {
@@ -145,8 +145,9 @@ double context_launch_ns(MemoryContext& ctx, hal::StreamId stream, const isa::Im
 // more argument, (ctx8 - ctx1) / 7.
 void BM_LaunchBookkeepingPerArgument(benchmark::State& state) {
   const bool tracked = state.range(0) != 0;
-  NullDevice dev;
-  auto ctx = MemoryContext::create(dev).value();
+  auto null_device = std::make_shared<NullDevice>();
+  NullDevice& dev = *null_device;
+  auto ctx = MemoryContext::create(null_device).value();
   const hal::StreamId stream = dev.create_stream().value();
   const isa::Image k1 = empty_kernel(1, 0), k8 = empty_kernel(4, 4);
   std::vector<Buffer> buffers;

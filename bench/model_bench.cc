@@ -253,8 +253,8 @@ int main(int argc, char** argv) {
   models::Gemma3Options mo{.max_context = context, .prefill_chunk = static_cast<uint32_t>(a.chunk)};
 
   if (a.peer_json) {
-    auto sim = or_die(models::SimGemma3::load(file, cores, mo), "load");
-    const Figures f = measure(sim->model(), p64, p512, a.tokens);
+    auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
+    const Figures f = measure(*sim, p64, p512, a.tokens);
     std::printf(
         "{\"prefill_64_tokens_per_s\": %.3f, \"prefill_512_tokens_per_s\": %.3f, \"decode_128_tokens_per_s\": %.3f, "
         "\"ttft_512_s\": %.4f, \"host_threads\": %u, \"prefill_chunk\": %d, \"cores\": %d}\n",
@@ -267,11 +267,11 @@ int main(int argc, char** argv) {
   std::vector<double> load_s;
   for (int r = 0; r < 3; ++r) {
     const auto t = Clock::now();
-    auto sim = or_die(models::SimGemma3::load(file, cores, mo), "load");
+    auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
     load_s.push_back(seconds_since(t));
   }
-  auto sim = or_die(models::SimGemma3::load(file, cores, mo), "load");
-  models::Gemma3Model& model = sim->model();
+  auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
+  models::Gemma3Model& model = *sim;
 
   // Model runs and DRAM reads alternate, so both see the same machine state.
   bench::StreamRead read;

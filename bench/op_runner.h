@@ -20,7 +20,7 @@ class OpRunner {
   // Scalars the operator declares are bound from `scalars` by name (raw launch bits).
   OpRunner(const ops::Operator& op, std::map<std::string, uint64_t> scalars = {}, hal::SimOptions options = {}) {
     dev_ = std::move(hal::create_sim_device(options)).value();
-    registry_ = std::make_unique<exec::CodeRegistry>(*dev_);
+    registry_ = std::make_unique<exec::CodeRegistry>(dev_);
     kernel_ = std::make_unique<ops::Kernel>(std::move(op.compile(ops::Target::of(dev_->info()))).value());
     code_ = std::move(registry_->register_image(kernel_->image)).value();
     stream_ = dev_->create_stream().value();  // created after publishing: no stale lines
@@ -54,7 +54,7 @@ class OpRunner {
     }
   }
 
-  std::unique_ptr<hal::Device> dev_;
+  std::shared_ptr<hal::Device> dev_;
   std::unique_ptr<exec::CodeRegistry> registry_;
   std::unique_ptr<ops::Kernel> kernel_;
   exec::CodeHandle code_;

@@ -38,15 +38,7 @@ void must_ok(const Status& s) {
 }
 
 struct Rig {
-  Rig() {
-    dev = must(hal::create_sim_device({}));
-    memory = must(MemoryContext::create(*dev));
-    registry = std::make_unique<exec::CodeRegistry>(*dev);
-  }
-  ~Rig() {
-    seq.reset();
-    memory.reset();
-  }
+  Rig() : runtime(must(Runtime::create_sim())), memory(&runtime->memory()) {}
   void fill(const std::string& name, DType t, uint32_t seed) {
     View v = must(seq->get_buffer(name));
     std::mt19937 rng(seed);
@@ -54,9 +46,8 @@ struct Rig {
         ops::OpArg::buffer(name, isa::Access::kIn, t, v.size() / std::max<size_t>(1, isa::dtype_size(t))), rng);
     std::memcpy(v.data(), bytes.data(), std::min<size_t>(bytes.size(), v.size()));
   }
-  std::unique_ptr<hal::Device> dev;
-  std::unique_ptr<MemoryContext> memory;
-  std::unique_ptr<exec::CodeRegistry> registry;
+  std::shared_ptr<Runtime> runtime;
+  MemoryContext* memory;
   std::unique_ptr<graph::CompiledSequence> seq;
 };
 
@@ -97,10 +88,10 @@ graph::OperatorSequence tiny_sequence(graph::Dispatch d) {
 void BM_SequenceOverheadPerStep(benchmark::State& state) {
   const auto d = static_cast<graph::Dispatch>(state.range(0));
   Rig rig;
-  rig.seq = must(tiny_sequence(d).compile(*rig.memory, *rig.registry));
+  rig.seq = must(tiny_sequence(d).compile(*rig.runtime));
   rig.fill("x", DType::kF32, 1);
   rig.fill("w", DType::kF32, 2);
-  const double floor = empty_launch_seconds(*rig.dev, *rig.registry);
+  const double floor = empty_launch_seconds(rig.runtime->device(), rig.runtime->registry());
   Samples calls;
   for (auto _ : state) calls.time([&] { must_ok(rig.seq->call()); });
   constexpr double kSteps = 5;
@@ -136,12 +127,12 @@ void BM_SwigluBytesPerCall(benchmark::State& state) {
        {"act", f}, {"hid", f}},
       static_cast<graph::Dispatch>(state.range(0)));
   Rig rig;
-  rig.seq = must(s.compile(*rig.memory, *rig.registry));
+  rig.seq = must(s.compile(*rig.runtime));
   for (const char* w : {"w_gate", "w_up", "w_down"}) rig.fill(w, DType::kQ8_0, 3);
   rig.fill("x", DType::kF32, 4);
   must_ok(rig.seq->call());  // first call: weights go up once
   View x = must(rig.seq->get_buffer("x"));
-  const hal::Counters before = rig.dev->counters();
+  const hal::Counters before = rig.runtime->device().counters();
   Samples calls;
   uint64_t n = 0;
   for (auto _ : state) {
@@ -149,7 +140,7 @@ void BM_SwigluBytesPerCall(benchmark::State& state) {
     calls.time([&] { must_ok(rig.seq->call()); });
     ++n;
   }
-  const hal::Counters after = rig.dev->counters();
+  const hal::Counters after = rig.runtime->device().counters();
   const double weights = 3.0 * isa::dtype_bytes(DType::kQ8_0, f * h);
   state.counters["median_call_us"] = calls.median() * 1e6;
   state.counters["h2d_bytes_per_call"] = double(after.h2d_bytes - before.h2d_bytes) / n;

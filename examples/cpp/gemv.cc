@@ -10,12 +10,11 @@
 #include <random>
 #include <vector>
 
-#include "npurt/exec/code_registry.h"
 #include "npurt/graph/operator_sequence.h"
-#include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/ops/gemv.h"
+#include "npurt/runtime/runtime.h"
 #include "npurt/version.h"
 
 namespace {
@@ -32,15 +31,11 @@ int fail(const char* what, const npurt::Status& s) {
 int main() {
   std::printf("npurt %s\n", NPURT_VERSION_STRING);
 
-  // The device, the code registry and the memory context: each must outlive what is
-  // made from it (declared in that order, destroyed in the reverse one).
-  npurt::hal::SimOptions options;
-  options.num_cores = 8;
-  auto device = npurt::hal::create_sim_device(options);
-  if (!device.ok()) return fail("device", device.status());
-  npurt::exec::CodeRegistry registry(**device);
-  auto memory = npurt::MemoryContext::create(**device);
-  if (!memory.ok()) return fail("memory context", memory.status());
+  // A runtime: one simulated NPU with its memory context and code registry. Whatever is
+  // made from it keeps it alive.
+  auto runtime = npurt::Runtime::create_sim({.num_cores = 8});
+  if (!runtime.ok()) return fail("runtime", runtime.status());
+  npurt::MemoryContext& memory = (*runtime)->memory();
 
   // y = A x as a sequence of one step over three named buffers.
   auto gemv = std::make_shared<npurt::ops::Gemv>(
@@ -48,7 +43,7 @@ int main() {
   const npurt::graph::OperatorSequence sequence("gemv", {{gemv, {"A", "x", "y"}}}, {"A", "x"}, {"y"},
                                                 {{"A", kRows * kCols}, {"x", kCols}, {"y", kRows}},
                                                 npurt::graph::Dispatch::kFused);
-  auto compiled = sequence.compile(**memory, registry);
+  auto compiled = sequence.compile(**runtime);
   if (!compiled.ok()) return fail("compile", compiled.status());
   npurt::graph::CompiledSequence& seq = **compiled;
 
@@ -74,7 +69,7 @@ int main() {
   // call() brought y back; read it through a guard.
   auto y_view = seq.get_buffer("y");
   if (!y_view.ok()) return fail("get_buffer(y)", y_view.status());
-  auto y_bytes = (*memory)->read(*y_view);
+  auto y_bytes = memory.read(*y_view);
   if (!y_bytes.ok()) return fail("read(y)", y_bytes.status());
   std::vector<float> y(kRows);
   std::memcpy(y.data(), y_bytes->bytes().data(), y.size() * sizeof(float));

@@ -83,7 +83,7 @@ class Resource {
 struct DeviceState {
   std::shared_mutex mu;  // shared: any use; exclusive: close()
   bool closed = false;   // guarded by mu
-  std::unique_ptr<hal::Device> device;
+  std::shared_ptr<hal::Device> device;
   std::unique_ptr<MemoryContext> memory;
   std::unique_ptr<exec::CodeRegistry> registry;
 

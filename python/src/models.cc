@@ -33,7 +33,7 @@ class Gemma3 {
   Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context,
          uint32_t prefill_chunk) {
     if (device != "sim" && device != "host") {
-      raise_status(Status(StatusCode::kInvalidArgument, "unknown device '" + device + "' (expected 'sim' or 'host')"));
+      raise_status(invalid_argument("unknown device '" + device + "' (expected 'sim' or 'host')"));
     }
     path_ = path.value_or(default_model_path());
     Status s;
@@ -90,14 +90,14 @@ class Gemma3 {
   }
 
   // Prompt tokens per batched prefill call on the device (0: token by token).
-  uint32_t prefill_chunk() const { return sim_ ? sim_->model().prefill_chunk() : 0; }
+  uint32_t prefill_chunk() const { return sim_ ? sim_->prefill_chunk() : 0; }
   void set_prefill_chunk(uint32_t chunk) {
     if (!sim_) {
-      if (chunk != 0) raise_status(Status(StatusCode::kInvalidArgument, "the host oracle prefills token by token"));
+      if (chunk != 0) raise_status(invalid_argument("the host oracle prefills token by token"));
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    check(sim_->model().set_prefill_chunk(chunk));
+    check(sim_->set_prefill_chunk(chunk));
   }
 
   nb::dict stats() const {
@@ -128,8 +128,8 @@ class Gemma3 {
     models::Gemma3Options mo;
     mo.max_context = max_context;
     mo.prefill_chunk = prefill_chunk;
-    NPURT_ASSIGN_OR_RETURN(sim_, models::SimGemma3::load(*file_, cores, mo));
-    model_ = &sim_->model();
+    NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_sim(*file_, cores, mo));
+    model_ = sim_.get();
     return Status();
   }
 
@@ -137,7 +137,7 @@ class Gemma3 {
   std::unique_ptr<models::GgufFile> file_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
   models::Gemma3Config config_;
-  std::unique_ptr<models::SimGemma3> sim_;
+  std::unique_ptr<models::Gemma3Model> sim_;
   std::unique_ptr<models::HostOracle> oracle_;
   std::unique_ptr<models::HostTokenModel> host_model_;
   models::TokenModel* model_ = nullptr;

@@ -55,6 +55,11 @@ Status hazard_error(std::string m) { return Status(StatusCode::kHazard, std::mov
 Status unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
+void abort_without_value(const Status& status) {
+  const std::string text = "StatusOr has no value: " + status.to_string();
+  fatal(text, __FILE__, __LINE__);
+}
+
 void fatal(std::string_view message, const char* file, int line) {
   std::fprintf(stderr, "npurt fatal: %.*s (%s:%d)\n", static_cast<int>(message.size()),
                message.data(), file, line);

@@ -3,7 +3,7 @@
 
 #include "cli/demo_kernels.h"
 #include "hal/sim/tile_kernels.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/runtime/runtime.h"
 
 namespace npurt::cli {
 
@@ -11,18 +11,18 @@ int run_demo(uint32_t cores, bool sanitize, uint32_t seed) {
   hal::SimOptions options;
   options.num_cores = cores;
   options.sanitize = sanitize;
-  auto device = hal::create_sim_device(options);
-  if (!device.ok()) {
-    std::fprintf(stderr, "npurt demo: %s\n", device.status().to_string().c_str());
+  StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::create_sim(options);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "npurt demo: %s\n", runtime.status().to_string().c_str());
     return 1;
   }
-  const auto& info = (*device)->info();
+  const auto& info = (*runtime)->device().info();
   std::printf("device: %s, %u cores, %u KiB local memory/core, icache %u sets x %u ways x %u B, "
               "tile kernels: %s%s\n\n",
               info.name.c_str(), info.num_cores, info.local_memory_bytes >> 10, info.icache_sets,
               info.icache_ways, info.icache_line_bytes, sim::tile_kernels_target(),
               sanitize ? ", sanitizer on" : "");
-  auto results = run_demo_kernels(**device, seed);
+  auto results = run_demo_kernels(**runtime, seed);
   if (!results.ok()) {
     std::fprintf(stderr, "npurt demo: %s\n", results.status().to_string().c_str());
     return 1;
@@ -36,7 +36,7 @@ int run_demo(uint32_t cores, bool sanitize, uint32_t seed) {
     std::printf("%-22s %-26s %10.2e %10.0e %12.1f %8u  %s\n", r.name.c_str(), r.shape.c_str(), r.rel_l2,
                 r.tolerance, r.launch_us, r.code_bytes, ok ? "ok" : "FAILED");
   }
-  std::printf("\ndevice counters:\n%s", (*device)->counters().to_string().c_str());
+  std::printf("\ndevice counters:\n%s", (*runtime)->device().counters().to_string().c_str());
   std::printf("\n%s\n", all_ok ? "all kernels match their host references" : "SOME KERNELS FAILED");
   return all_ok ? 0 : 1;
 }

@@ -8,6 +8,8 @@
 
 #include "hal/sim/tile_kernels.h"
 #include "npurt/exec/code_registry.h"
+#include "npurt/exec/stream_pool.h"
+#include "npurt/hal/handles.h"
 #include "npurt/isa/builder.h"
 
 namespace npurt::cli {
@@ -161,18 +163,19 @@ Case softmax_rows(std::mt19937& rng) {
 }
 
 // Stages inputs, runs (cold once, then warm for timing), reads back, compares.
-StatusOr<DemoResult> run_on_stream(hal::Device& dev, hal::StreamId s, const Case& c, hal::DeviceAddr code,
-                                   std::vector<hal::DeviceAddr>& owned) {
+// `owned` keeps the case's blocks until the stream is done with them.
+StatusOr<DemoResult> run_on_stream(Runtime& rt, hal::StreamId s, const Case& c, hal::DeviceAddr code,
+                                   std::vector<hal::DeviceBlock>& owned) {
+  hal::Device& dev = rt.device();
   hal::LaunchParams p{code, c.grid, {}};
   for (const auto& in : c.inputs) {
-    NPURT_ASSIGN_OR_RETURN(hal::DeviceAddr a, dev.allocate(in.size()));
-    owned.push_back(a);
-    NPURT_RETURN_IF_ERROR(dev.copy_to_device(s, a, in.data(), in.size()));
-    p.args.push_back(KernelArg::buffer(a, in.size()));
+    NPURT_ASSIGN_OR_RETURN(owned.emplace_back(), hal::DeviceBlock::allocate(rt.shared_device(), in.size()));
+    NPURT_RETURN_IF_ERROR(dev.copy_to_device(s, owned.back().addr(), in.data(), in.size()));
+    p.args.push_back(KernelArg::buffer(owned.back().addr(), in.size()));
   }
   const uint64_t out_bytes = c.out_floats * 4;
-  NPURT_ASSIGN_OR_RETURN(hal::DeviceAddr out, dev.allocate(out_bytes));
-  owned.push_back(out);
+  NPURT_ASSIGN_OR_RETURN(owned.emplace_back(), hal::DeviceBlock::allocate(rt.shared_device(), out_bytes));
+  const hal::DeviceAddr out = owned.back().addr();
   std::vector<float> host(c.out_floats, std::nanf(""));  // poison: unwritten outputs fail the check
   NPURT_RETURN_IF_ERROR(dev.copy_to_device(s, out, host.data(), out_bytes));
   p.args.push_back(KernelArg::buffer(out, out_bytes));
@@ -191,19 +194,15 @@ StatusOr<DemoResult> run_on_stream(hal::Device& dev, hal::StreamId s, const Case
                     c.image->layout().code_bytes};
 }
 
-StatusOr<DemoResult> run_case(hal::Device& dev, exec::CodeRegistry& registry, const Case& c) {
+StatusOr<DemoResult> run_case(Runtime& rt, exec::StreamPool& streams, const Case& c) {
   if (!c.image.ok()) return c.image.status().with_context("compiling " + c.name);
-  NPURT_ASSIGN_OR_RETURN(exec::CodeHandle code, registry.register_image(*c.image));
+  NPURT_ASSIGN_OR_RETURN(exec::CodeHandle code, rt.registry().register_image(*c.image));
   // Code was just published, possibly at the address of the previous case's image:
-  // only a stream created after the publication is guaranteed free of stale lines.
-  NPURT_ASSIGN_OR_RETURN(hal::StreamId s, dev.create_stream());
-  std::vector<hal::DeviceAddr> owned;
-  StatusOr<DemoResult> result = run_on_stream(dev, s, c, code.address(), owned);
-  Status st = dev.destroy_stream(s);
-  for (hal::DeviceAddr a : owned) {
-    Status freed = dev.free(a);
-    if (st.ok()) st = freed;
-  }
+  // the pool hands out a fresh, primed stream.
+  NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, streams.acquire());
+  std::vector<hal::DeviceBlock> owned;
+  StatusOr<DemoResult> result = run_on_stream(rt, lease.stream, c, code.address(), owned);
+  Status st = streams.finish(lease);
   if (!result.ok()) return result.status().with_context(c.name);
   if (!st.ok()) return st;
   return result;
@@ -211,12 +210,12 @@ StatusOr<DemoResult> run_case(hal::Device& dev, exec::CodeRegistry& registry, co
 
 }  // namespace
 
-StatusOr<std::vector<DemoResult>> run_demo_kernels(hal::Device& device, uint32_t seed) {
+StatusOr<std::vector<DemoResult>> run_demo_kernels(Runtime& rt, uint32_t seed) {
   std::mt19937 rng(seed);
-  exec::CodeRegistry registry(device);
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<exec::StreamPool> streams, rt.make_stream_pool("demo"));
   std::vector<DemoResult> results;
   for (auto make : {vector_add, gemv_bf16, gemm_f32, softmax_rows}) {
-    NPURT_ASSIGN_OR_RETURN(DemoResult r, run_case(device, registry, make(rng)));
+    NPURT_ASSIGN_OR_RETURN(DemoResult r, run_case(rt, *streams, make(rng)));
     results.push_back(std::move(r));
   }
   return results;

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "npurt/hal/device.h"
+#include "npurt/runtime/runtime.h"
 
 namespace npurt::cli {
 
@@ -20,6 +20,6 @@ struct DemoResult {
 };
 
 // Runs every demo kernel on `device`; the first error aborts the demo.
-StatusOr<std::vector<DemoResult>> run_demo_kernels(hal::Device& device, uint32_t seed);
+StatusOr<std::vector<DemoResult>> run_demo_kernels(Runtime& runtime, uint32_t seed);
 
 }  // namespace npurt::cli

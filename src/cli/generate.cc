@@ -81,7 +81,7 @@ int run_generate(const GenerateArgs& args) {
   if (prompt->empty()) return fail("the prompt encodes to no tokens");
 
   // Whichever backend runs, it is a TokenModel.
-  std::unique_ptr<models::SimGemma3> sim;
+  std::unique_ptr<models::Gemma3Model> sim;
   std::unique_ptr<models::HostOracle> oracle;
   std::unique_ptr<models::HostTokenModel> host_model;
   models::TokenModel* model = nullptr;
@@ -90,11 +90,11 @@ int run_generate(const GenerateArgs& args) {
     models::Gemma3Options mo;
     mo.max_context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
     mo.prefill_chunk = args.prefill_chunk;
-    StatusOr<std::unique_ptr<models::SimGemma3>> loaded = models::SimGemma3::load(
+    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = models::Gemma3Model::load_sim(
         *file, args.cores, mo, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
     if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
     sim = std::move(loaded).value();
-    model = &sim->model();
+    model = sim.get();
   } else {
     StatusOr<models::HostOracle> o = models::HostOracle::load(*file);
     if (!o.ok()) return fail(path + ": " + o.status().to_string());
@@ -123,7 +123,7 @@ int run_generate(const GenerateArgs& args) {
                args.device.c_str(), load_seconds, stats.prompt_tokens,
                per_second(stats.prompt_tokens, stats.prefill_seconds),
                args.device == "sim" && args.prefill_chunk > 0
-                   ? ("chunks of " + std::to_string(sim->model().prefill_chunk())).c_str()
+                   ? ("chunks of " + std::to_string(sim->prefill_chunk())).c_str()
                    : "token by token",
                stats.prefill_seconds, stats.decode_steps, per_second(stats.decode_steps, stats.decode_seconds));
   return 0;

@@ -36,12 +36,13 @@ namespace detail {
 
 // Shared by the CodeRegistry and every entry, so handles may outlive the registry.
 struct RegistryState {
-  RegistryState(hal::Device& d, CodeRegistryOptions o) : device(d), options(std::move(o)) {}
+  RegistryState(std::shared_ptr<hal::Device> d, CodeRegistryOptions o)
+      : device(std::move(d)), options(std::move(o)) {}
 
   // Called by the last holder of `entry`: forgets it and frees its block.
   void release(const CodeEntry& entry);
 
-  hal::Device& device;
+  const std::shared_ptr<hal::Device> device;  // kept alive by every handle
   const CodeRegistryOptions options;
 
   // A resident image as the dedup index sees it. `raw` identifies the entry even
@@ -56,6 +57,7 @@ struct RegistryState {
   std::unordered_map<CodeHash, std::vector<Resident>, CodeHashHasher> resident;  // guarded by mu
   CodeRegistryStats stats;                                                      // guarded by mu
   std::atomic<uint64_t> epoch{0};  // written under mu, read without it
+  bool closed = false;             // guarded by mu
 };
 
 struct CodeEntry {
@@ -88,7 +90,7 @@ void RegistryState::release(const CodeEntry& entry) {
   }
   // The last holder is gone: no registration, and no run that could still execute
   // it (runs hold a copy until retirement, after their stream finished).
-  const Status freed = device.free(entry.addr);
+  const Status freed = device->free(entry.addr);
   --stats.live_images;
   if (freed.ok()) {
     ++stats.blocks_freed;
@@ -130,8 +132,8 @@ long CodeHandle::use_count() const { return entry_.use_count(); }
 
 // ---- CodeRegistry ----
 
-CodeRegistry::CodeRegistry(hal::Device& device, CodeRegistryOptions options)
-    : state_(std::make_shared<RegistryState>(device, std::move(options))) {}
+CodeRegistry::CodeRegistry(std::shared_ptr<hal::Device> device, CodeRegistryOptions options)
+    : state_(std::make_shared<RegistryState>(std::move(device), std::move(options))) {}
 
 CodeRegistry::~CodeRegistry() = default;
 
@@ -150,6 +152,7 @@ StatusOr<CodeHandle> CodeRegistry::register_image(const isa::Image& image) {
   // (its destructor takes the lock).
   std::vector<std::shared_ptr<const CodeEntry>> collided;
   std::lock_guard lock(s.mu);
+  if (s.closed) return failed_precondition("register_image '" + image.name() + "': the code registry is closed");
 
   if (auto it = s.resident.find(hash); it != s.resident.end()) {
     for (const RegistryState::Resident& r : it->second) {
@@ -173,11 +176,11 @@ StatusOr<CodeHandle> CodeRegistry::register_image(const isa::Image& image) {
   // registering the same new image cannot both upload it.
   const double t0 = trace::enabled() ? trace::now_us() : 0;
   const std::string context = "register_image '" + image.name() + "'";
-  StatusOr<hal::DeviceAddr> addr = s.device.allocate(bytes.size(), s.options.alignment);
+  StatusOr<hal::DeviceAddr> addr = s.device->allocate(bytes.size(), s.options.alignment);
   if (!addr.ok()) return addr.status().with_context(context);
   // The single publication point of the code base (see code_registry.h).
-  if (Status uploaded = s.device.upload_code(*addr, image); !uploaded.ok()) {
-    s.device.free(*addr).ignore();
+  if (Status uploaded = s.device->upload_code(*addr, image); !uploaded.ok()) {
+    s.device->free(*addr).ignore();
     return uploaded.with_context(context);
   }
   // Bumped only once the bytes are in GM: whoever reads the new epoch may rely on it.
@@ -208,6 +211,11 @@ Status CodeRegistry::unregister(CodeHandle& handle) {
   return ok_status();
 }
 
+void CodeRegistry::close() {
+  std::lock_guard lock(state_->mu);
+  state_->closed = true;
+}
+
 uint64_t CodeRegistry::publication_epoch() const { return state_->epoch.load(); }
 
 CodeRegistryStats CodeRegistry::stats() const {
@@ -215,6 +223,8 @@ CodeRegistryStats CodeRegistry::stats() const {
   return state_->stats;
 }
 
-hal::Device& CodeRegistry::device() const { return state_->device; }
+hal::Device& CodeRegistry::device() const { return *state_->device; }
+
+const std::shared_ptr<hal::Device>& CodeRegistry::shared_device() const { return state_->device; }
 
 }  // namespace npurt::exec

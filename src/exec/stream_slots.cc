@@ -223,7 +223,7 @@ StatusOr<SlotLease> StreamSlots::begin(uint32_t slot_index, uint64_t publication
   slot.last_image_id = image_id;
   slot.last_run_retired_complete = false;
   slot.polled_complete = false;
-  return SlotLease{slot_index, slot.generation, slot.stream, fresh_stream};
+  return SlotLease{slot_index, slot.generation, slot.stream, fresh_stream, publication_epoch};
 }
 
 Status StreamSlots::mark_polled_complete(const SlotLease& lease) {

@@ -12,7 +12,6 @@
 #include <utility>
 
 #include "npurt/base/trace.h"
-#include "npurt/isa/builder.h"
 
 namespace npurt::exec {
 
@@ -37,12 +36,6 @@ std::string slot_lane(uint64_t worker, uint32_t slot) {
 }
 
 std::atomic<uint64_t> next_worker_id{0};
-
-StatusOr<isa::Image> prime_image() {
-  isa::KernelBuilder b("npurt.prime");
-  b.exit();
-  return b.build();
-}
 
 }  // namespace
 
@@ -132,56 +125,49 @@ Status RunContext::wait_for_previous_run() const {
 
 // ---- Worker ----
 
-StatusOr<std::unique_ptr<Worker>> Worker::make(hal::Device& device, CodeRegistry& registry,
+StatusOr<std::unique_ptr<Worker>> Worker::make(std::shared_ptr<CodeRegistry> registry,
                                                WorkerOptions options) {
-  if (&registry.device() != &device) {
-    return invalid_argument("Worker: the code registry belongs to another device");
-  }
-  std::unique_ptr<Worker> worker(new Worker(device, registry, options));
+  if (!registry) return invalid_argument("Worker: no code registry");
+  std::unique_ptr<Worker> worker(new Worker(std::move(registry), options));
   NPURT_RETURN_IF_ERROR(worker->init().with_context("Worker"));
   return worker;
 }
 
-Worker::Worker(hal::Device& device, CodeRegistry& registry, WorkerOptions options)
-    : id_(next_worker_id.fetch_add(1)), device_(device), registry_(registry), options_(options) {}
+Worker::Worker(std::shared_ptr<CodeRegistry> registry, WorkerOptions options)
+    : id_(next_worker_id.fetch_add(1)),
+      device_(registry->shared_device()),
+      registry_(std::move(registry)),
+      options_(options) {}
 
 Status Worker::init() {
-  hal::Device* dev = &device_;
-  StreamOps ops{
-      [dev]() -> StatusOr<StreamHandle> {
-        NPURT_ASSIGN_OR_RETURN(hal::StreamId s, dev->create_stream());
-        return StreamHandle{s};
-      },
-      [dev](StreamHandle s) { return dev->destroy_stream(static_cast<hal::StreamId>(s)); }};
-  NPURT_ASSIGN_OR_RETURN(slots_, StreamSlots::make(std::move(ops), options_.depth, options_.policy));
-
+  NPURT_ASSIGN_OR_RETURN(pool_, StreamPool::make("worker " + std::to_string(id_), device_, registry_,
+                                                 {.slots = options_.depth,
+                                                  .policy = options_.policy,
+                                                  .prime_fresh_streams = options_.prime_fresh_streams}));
   for (uint32_t i = 0; i < options_.depth; ++i) {
-    StatusOr<hal::EventId> event = device_.create_event();
+    StatusOr<hal::Event> event = hal::Event::create(device_);
     if (!event.ok()) return event.status().with_context("creating slot events");
-    slot_events_.push_back(*event);
-  }
-  if (options_.prime_fresh_streams) {
-    NPURT_ASSIGN_OR_RETURN(isa::Image image, prime_image());
-    NPURT_ASSIGN_OR_RETURN(prime_code_, registry_.register_image(image));
+    slot_events_.push_back(*std::move(event));
   }
   slot_busy_.assign(options_.depth, 0);
   progress_ = std::thread([this] { progress_loop(); });
   return ok_status();
 }
 
-Worker::~Worker() {
-  if (progress_.joinable()) {
-    drain();
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    progress_cv_.notify_all();
-    progress_.join();
+Worker::~Worker() { close(); }
+
+void Worker::close() {
+  std::lock_guard submit_lock(submit_mu_);  // no submission is staging
+  if (!progress_.joinable()) return;
+  drain();
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
   }
-  for (hal::EventId e : slot_events_) device_.destroy_event(e).ignore();
-  slots_.reset();  // destroys the slots' streams
-  prime_code_.reset();
+  progress_cv_.notify_all();
+  progress_.join();
+  slot_events_.clear();
+  pool_->close();  // destroys the slots' streams
 }
 
 RunHandle Worker::submit(RunFn fn, std::vector<CodeHandle> code) {
@@ -191,6 +177,13 @@ RunHandle Worker::submit(RunFn fn, std::vector<CodeHandle> code) {
   run->slot = static_cast<uint32_t>(run->id % options_.depth);
   run->code = std::move(code);
   run->handle = std::make_shared<RunHandle::State>(run->id, run->slot);
+  if (!progress_.joinable()) {  // closed: the run fails at once, nothing was enqueued
+    run->status = failed_precondition("worker " + std::to_string(id_) + " is closed")
+                      .with_context(run_name(run->id, run->slot));
+    run->handle->status = run->status;
+    run->handle->done.store(true, std::memory_order_release);
+    return RunHandle(run->handle);
+  }
   {
     std::unique_lock lock(mu_);
     retired_cv_.wait(lock, [&] { return slot_busy_[run->slot] == 0; });
@@ -231,31 +224,20 @@ void Worker::stage(Run& run, RunFn& fn) {
   // The image identity a naive runtime would key stream reuse on; only
   // ReusePolicy::kNaiveLastImage looks at it.
   const uint64_t image_id = run.code.empty() ? 0 : run.code.front().hash().lo;
-  // Read after the run's handles exist: every publication of its code is included.
-  run.epoch = registry_.publication_epoch();
-  StatusOr<SlotLease> lease = slots_->begin(run.slot, run.epoch, image_id);
+  // Acquired after the run's handles exist: the epoch it reads covers their code.
+  StatusOr<SlotLease> lease = pool_->acquire(run.slot, image_id);
   if (!lease.ok()) {
     run.status = lease.status();
     return;
   }
   run.lease = *lease;
+  run.epoch = lease->epoch;
   const auto stream = static_cast<hal::StreamId>(lease->stream);
-
-  if (lease->fresh_stream && options_.prime_fresh_streams) {
-    Status primed = device_.launch(
-        stream, hal::LaunchParams{prime_code_.address(), device_.info().num_cores, {}});
-    if (!primed.ok()) {
-      run.status = primed.with_context("priming a fresh stream");
-      return;
-    }
-    std::lock_guard lock(mu_);
-    ++stats_.prime_launches;
-  }
 
   const bool has_previous = run.id > 0 && options_.depth > 1;
   const hal::EventId previous =
-      has_previous ? slot_events_[(run.slot + options_.depth - 1) % options_.depth] : 0;
-  RunContext ctx(this, &device_, *lease, run.id, std::move(code_addrs), previous);
+      has_previous ? slot_events_[(run.slot + options_.depth - 1) % options_.depth].id() : 0;
+  RunContext ctx(this, device_.get(), *lease, run.id, std::move(code_addrs), previous);
   staging_run_.store(run.id, std::memory_order_release);
   Status staged;
   try {
@@ -270,7 +252,7 @@ void Worker::stage(Run& run, RunFn& fn) {
     run.status = staged;
     return;
   }
-  Status recorded = device_.record_event(stream, slot_events_[run.slot]);
+  Status recorded = device_->record_event(stream, slot_events_[run.slot].id());
   if (!recorded.ok()) {
     run.status = recorded.with_context("recording the run's completion event");
     return;
@@ -321,10 +303,10 @@ void Worker::progress_loop() {
 // Polls the run's completion event without blocking in the device.
 void Worker::wait_until_complete(Run& run) {
   if (!run.event_recorded) return;  // staging failed: retirement drains the stream
-  const hal::EventId event = slot_events_[run.slot];
+  const hal::EventId event = slot_events_[run.slot].id();
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    StatusOr<bool> complete = device_.event_query(event);
+    StatusOr<bool> complete = device_->event_query(event);
     if (!complete.ok() || *complete) break;  // an error completes the run too
     const auto waited = std::chrono::steady_clock::now() - start;
     if (waited < kPollYieldFor) {
@@ -335,7 +317,7 @@ void Worker::wait_until_complete(Run& run) {
     }
   }
   // Observation only: it never makes a stream reusable.
-  slots_->mark_polled_complete(*run.lease).ignore();
+  pool_->observe_complete(*run.lease).ignore();
 }
 
 // Final status, slot retirement, code release; in submission order.
@@ -349,7 +331,7 @@ void Worker::retire(Run& run) {
     fresh = run.lease->fresh_stream;
     // Drains whatever the run enqueued, also after a staging error, and yields the
     // stream's error if a command failed.
-    Status synced = device_.stream_synchronize(stream);
+    Status synced = device_->stream_synchronize(stream);
     if (final_status.ok()) final_status = synced;
     if (!final_status.ok()) {
       outcome = RunOutcome::kFailed;
@@ -358,7 +340,7 @@ void Worker::retire(Run& run) {
     } else {
       outcome = RunOutcome::kComplete;
     }
-    Status retired = slots_->retire(*run.lease, outcome);
+    Status retired = pool_->release(*run.lease, outcome);
     if (!retired.ok() && final_status.ok()) {
       final_status = internal_error("retiring its slot lease: " + retired.to_string());
     }
@@ -385,7 +367,7 @@ void Worker::retire(Run& run) {
 }
 
 Status Worker::check_lease(const SlotLease& lease) const {
-  StatusOr<SlotState> state = slots_->slot_state(lease.slot);
+  StatusOr<SlotState> state = pool_->slot_state(lease.slot);
   if (!state.ok()) return state.status();
   if (state->owned && state->generation == lease.generation && state->stream == lease.stream) {
     return ok_status();
@@ -410,8 +392,9 @@ WorkerStats Worker::stats() const {
     s = stats_;
   }
   s.stale_leases_rejected = stale_leases_rejected_.load(std::memory_order_relaxed);
-  s.streams = slots_->stats();
-  s.code = registry_.stats();
+  s.prime_launches = pool_->prime_launches();
+  s.streams = pool_->stats();
+  s.code = registry_->stats();
   return s;
 }
 

@@ -33,7 +33,7 @@ StatusOr<BufferRef> parse_ref(std::string_view text) {
   if (open == std::string_view::npos) return BufferRef{std::string(text)};
   const size_t colon = text.find(':', open), close = text.find(']', open);
   const auto bad = [&] {
-    return Status(StatusCode::kInvalidArgument, "binding '" + std::string(text) + "' is not name or name[first:last]");
+    return invalid_argument("binding '" + std::string(text) + "' is not name or name[first:last]");
   };
   if (open == 0 || colon == std::string_view::npos || close != text.size() - 1 || colon > close) return bad();
   BufferRef ref{std::string(text.substr(0, open)), true};
@@ -51,7 +51,7 @@ std::string step_label(size_t i, const ops::Operator& op) {
 }
 
 Status step_error(size_t i, const ops::Operator& op, const std::string& what) {
-  return Status(StatusCode::kInvalidArgument, step_label(i, op) + ": " + what);
+  return invalid_argument(step_label(i, op) + ": " + what);
 }
 
 Access merge(Access a, Access b) { return a == b ? a : Access::kInOut; }
@@ -70,6 +70,23 @@ struct BufferInfo {
   std::vector<Use> uses;
 };
 
+// The one conversion of a per-call scalar to its argument's type: an f32 argument
+// takes an integer or a floating value; an integer argument only an integer (a
+// floating value is refused, never truncated).
+StatusOr<ops::HostArg> scalar_arg(const std::string& name, DType dtype, const Scalars& scalars) {
+  const auto it = scalars.find(name);
+  if (it == scalars.end()) return invalid_argument("no value for scalar '" + name + "'");
+  const ScalarValue& v = it->second;
+  if (dtype == DType::kF32) {
+    const double d = std::holds_alternative<double>(v) ? std::get<double>(v) : static_cast<double>(std::get<int64_t>(v));
+    return ops::HostArg::f32(static_cast<float>(d));
+  }
+  if (!std::holds_alternative<int64_t>(v)) {
+    return invalid_argument("scalar '" + name + "' is an integer, got a floating value");
+  }
+  return ops::HostArg::i64(std::get<int64_t>(v));
+}
+
 }  // namespace
 
 OperatorSequence::OperatorSequence(std::string name, std::vector<SequenceStep> steps, std::vector<std::string> inputs,
@@ -82,13 +99,7 @@ OperatorSequence::OperatorSequence(std::string name, std::vector<SequenceStep> s
       sizes_(std::move(buffer_sizes)),
       dispatch_(dispatch) {}
 
-CompiledSequence::~CompiledSequence() {
-  if (stream_ != 0 && memory_ != nullptr) {
-    hal::Device& dev = memory_->device();
-    dev.stream_synchronize(stream_).ignore();
-    dev.destroy_stream(stream_).ignore();
-  }
-}
+CompiledSequence::~CompiledSequence() = default;
 
 namespace {
 
@@ -132,11 +143,11 @@ Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<o
 
 StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::map<std::string, uint64_t>& sizes,
                            const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
-  if (steps.empty()) return Status(StatusCode::kInvalidArgument, "a sequence needs at least one step");
+  if (steps.empty()) return invalid_argument("a sequence needs at least one step");
   Analysis an;
   for (size_t i = 0; i < steps.size(); ++i) {
     const SequenceStep& st = steps[i];
-    if (!st.op) return Status(StatusCode::kInvalidArgument, "step " + std::to_string(i) + " has no operator");
+    if (!st.op) return invalid_argument("step " + std::to_string(i) + " has no operator");
     NPURT_RETURN_IF_ERROR(st.op->validate().with_context(step_label(i, *st.op)));
     const std::vector<ops::OpArg> sig = st.op->signature();
     if (st.bindings.size() != sig.size()) {
@@ -186,7 +197,7 @@ StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::ma
   }
   for (const std::string& in : inputs) {
     const auto it = an.buffers.find(in);
-    if (it == an.buffers.end()) return Status(StatusCode::kInvalidArgument, "input '" + in + "' is bound by no step");
+    if (it == an.buffers.end()) return invalid_argument("input '" + in + "' is bound by no step");
     for (const Use& u : it->second.uses) {
       if (u.access != Access::kIn) {
         return step_error(u.step, *steps[u.step].op, "writes input '" + in + "'; inputs are read-only");
@@ -194,9 +205,9 @@ StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::ma
     }
   }
   for (const std::string& out : outputs) {
-    if (!an.buffers.count(out)) return Status(StatusCode::kInvalidArgument, "output '" + out + "' is bound by no step");
+    if (!an.buffers.count(out)) return invalid_argument("output '" + out + "' is bound by no step");
     if (std::find(inputs.begin(), inputs.end(), out) != inputs.end()) {
-      return Status(StatusCode::kInvalidArgument, "'" + out + "' is both an input and an output");
+      return invalid_argument("'" + out + "' is both an input and an output");
     }
   }
   return an;
@@ -280,19 +291,19 @@ StatusOr<View> CompiledSequence::resolve(std::string_view binding) const {
   NPURT_ASSIGN_OR_RETURN(BufferRef ref, parse_ref(binding));
   if (const auto sh = shared_.find(ref.name); sh != shared_.end()) {
     if (!ref.slice) return sh->second;
-    return Status(StatusCode::kInvalidArgument, "slice '" + std::string(binding) + "' of shared buffer '" + ref.name +
+    return invalid_argument("slice '" + std::string(binding) + "' of shared buffer '" + ref.name +
                                                     "': shared buffers are bound whole");
   }
   const auto it = std::find_if(placements_.begin(), placements_.end(),
                                [&](const BufferPlacement& p) { return p.name == ref.name; });
   if (it == placements_.end()) {
-    return Status(StatusCode::kNotFound, "no buffer '" + ref.name + "' in this sequence");
+    return not_found("no buffer '" + ref.name + "' in this sequence");
   }
   const Buffer& arena = arenas_[static_cast<int>(it->arena)];
   if (!ref.slice) return arena.view(it->offset, it->bytes);
   const uint64_t first = isa::dtype_bytes(it->dtype, ref.first), last = isa::dtype_bytes(it->dtype, ref.last);
   if ((ref.first != 0 && first == 0) || last == 0 || last > it->bytes) {
-    return Status(StatusCode::kOutOfRange, "slice '" + std::string(binding) + "' is outside buffer '" + ref.name + "'");
+    return out_of_range("slice '" + std::string(binding) + "' is outside buffer '" + ref.name + "'");
   }
   return arena.view(it->offset + first, last - first);
 }
@@ -305,15 +316,6 @@ uint64_t CompiledSequence::arena_bytes(Arena arena) const {
 }
 
 namespace {
-
-// An empty kernel: launched over every core on a fresh stream, it invalidates every
-// core's instruction cache before the sequence's own kernels run (a fresh stream's
-// first launch invalidates only the cores that launch uses).
-StatusOr<isa::Image> prime_image() {
-  isa::KernelBuilder b("prime");
-  b.exit();
-  return b.build();
-}
 
 // The fused kernels of a sequence as step ranges [first, last): consecutive steps
 // are packed greedily while the distinct bindings of a range fit one kernel's
@@ -358,7 +360,7 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   b.loop_begin(gate);
   for (uint8_t r = 0; r < isa::kNumScalarRegs; ++r) b.li(isa::Reg{r}, 0);
   NPURT_ASSIGN_OR_RETURN(uint32_t again, op.emit(ctx));
-  if (again != *grid) return Status(StatusCode::kInternal, op.name() + ": grid changed between emissions");
+  if (again != *grid) return internal_error(op.name() + ": grid changed between emissions");
   b.loop_end();
   b.barrier();
   return Status();
@@ -366,27 +368,28 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryContext& memory,
-                                                                      exec::CodeRegistry& registry,
+StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& runtime,
                                                                       CompileOptions options) const {
+  NPURT_RETURN_IF_ERROR(runtime.check_open("compiling sequence '" + name_ + "'"));
   NPURT_ASSIGN_OR_RETURN(Analysis an, analyze(steps_, sizes_, inputs_, outputs_));
   auto seq = std::unique_ptr<CompiledSequence>(new CompiledSequence());
-  seq->memory_ = &memory;
-  seq->registry_ = &registry;
+  seq->runtime_ = runtime.shared_from_this();
+  seq->name_ = name_;
   seq->dispatch_ = dispatch_;
-  seq->prime_stream_ = options.prime_stream;
   seq->outputs_ = outputs_;
+  MemoryContext& memory = runtime.memory();
+  exec::CodeRegistry& registry = runtime.registry();
   uint64_t arena_bytes[3] = {0, 0, 0};
   for (const auto& [name, view] : options.shared) {
     const auto it = an.buffers.find(name);
-    if (it == an.buffers.end()) return Status(StatusCode::kInvalidArgument, "shared buffer '" + name + "' is bound by no step");
+    if (it == an.buffers.end()) return invalid_argument("shared buffer '" + name + "' is bound by no step");
     const uint64_t bytes = isa::dtype_bytes(it->second.dtype, it->second.elements);
     if (view.size() != bytes) {
-      return Status(StatusCode::kInvalidArgument, "shared buffer '" + name + "' is " + std::to_string(view.size()) +
+      return invalid_argument("shared buffer '" + name + "' is " + std::to_string(view.size()) +
                                                       " bytes; the sequence binds " + std::to_string(bytes));
     }
     if (std::count(inputs_.begin(), inputs_.end(), name) || std::count(outputs_.begin(), outputs_.end(), name)) {
-      return Status(StatusCode::kInvalidArgument, "shared buffer '" + name + "' cannot be an input or output");
+      return invalid_argument("shared buffer '" + name + "' cannot be an input or output");
     }
   }
   seq->shared_ = options.shared;
@@ -454,8 +457,6 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
       seq->kernels_.push_back({std::move(image).value(), grid, {}, std::move(args)});
     }
   }
-  NPURT_ASSIGN_OR_RETURN(isa::Image prime, prime_image());
-  NPURT_ASSIGN_OR_RETURN(seq->prime_, registry.register_image(prime));
   for (Kernel& k : seq->kernels_) {
     for (CompiledSequence::KernelArgBinding& a : k.args) {
       if (a.scalar) continue;
@@ -464,6 +465,10 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(MemoryCont
     NPURT_ASSIGN_OR_RETURN(k.code, registry.register_image(k.image));
     seq->code_.push_back(k.code);
   }
+  // After the code is registered, so the pool's first stream is fresh for all of it.
+  NPURT_ASSIGN_OR_RETURN(seq->streams_,
+                         runtime.make_stream_pool("sequence '" + name_ + "'",
+                                                  {.prime_fresh_streams = options.prime_stream}));
   return seq;
 }
 
@@ -474,7 +479,7 @@ Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t
     std::vector<uint8_t>& b = buffers[name];
     const uint64_t bytes = isa::dtype_bytes(info.dtype, info.elements);
     if (b.size() != bytes) {
-      if (!b.empty()) return Status(StatusCode::kInvalidArgument, "host buffer '" + name + "' has the wrong size");
+      if (!b.empty()) return invalid_argument("host buffer '" + name + "' has the wrong size");
       b.assign(bytes, 0);
     }
   }
@@ -484,14 +489,8 @@ Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t
     std::vector<ops::HostArg> args;
     for (size_t a = 0; a < sig.size(); ++a) {
       if (sig[a].is_scalar()) {
-        const auto it = scalars.find(st.bindings[a]);
-        if (it == scalars.end()) return Status(StatusCode::kInvalidArgument, "no value for scalar '" + st.bindings[a] + "'");
-        const ScalarValue& v = it->second;
-        const double d = std::holds_alternative<double>(v) ? std::get<double>(v) : static_cast<double>(std::get<int64_t>(v));
-        args.push_back(sig[a].dtype == DType::kF32 ? ops::HostArg::f32(static_cast<float>(d))
-                                                   : ops::HostArg::i64(std::holds_alternative<int64_t>(v)
-                                                                           ? std::get<int64_t>(v)
-                                                                           : static_cast<int64_t>(d)));
+        NPURT_ASSIGN_OR_RETURN(ops::HostArg v, scalar_arg(st.bindings[a], sig[a].dtype, scalars));
+        args.push_back(v);
         continue;
       }
       NPURT_ASSIGN_OR_RETURN(BufferRef ref, parse_ref(st.bindings[a]));
@@ -507,20 +506,6 @@ Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t
   return Status();
 }
 
-// The sequence's own stream, created on first use and primed over every core. It
-// never needs replacing: it only ever runs this sequence's images (and the shared
-// prime), whose bytes sit unchanged at their addresses from before the stream's
-// creation until the sequence is destroyed, so no core can have cached other bytes
-// for them since the priming launch invalidated every core.
-Status CompiledSequence::ensure_stream() {
-  if (stream_ != 0) return Status();
-  hal::Device& dev = memory_->device();
-  NPURT_ASSIGN_OR_RETURN(hal::StreamId s, dev.create_stream());
-  stream_ = s;
-  if (!prime_stream_) return Status();
-  return dev.launch(stream_, {prime_.address(), dev.info().num_cores, {}});
-}
-
 Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
   for (const CompiledKernel& k : kernels_) {
     std::vector<LaunchArg> args;
@@ -532,39 +517,26 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
                                                   : LaunchArg::inout(a.view));
         continue;
       }
-      const auto it = scalars.find(a.name);
-      if (it == scalars.end()) {
-        return Status(StatusCode::kInvalidArgument, "no value for scalar '" + a.name + "'");
-      }
-      const ScalarValue& v = it->second;
-      if (a.dtype == DType::kF32) {
-        args.push_back(LaunchArg::scalar_f32(static_cast<float>(
-            std::holds_alternative<double>(v) ? std::get<double>(v) : static_cast<double>(std::get<int64_t>(v)))));
-      } else {
-        if (!std::holds_alternative<int64_t>(v)) {
-          return Status(StatusCode::kInvalidArgument, "scalar '" + a.name + "' is an integer, got a floating value");
-        }
-        args.push_back(LaunchArg::scalar_i64(std::get<int64_t>(v)));
-      }
+      NPURT_ASSIGN_OR_RETURN(ops::HostArg v, scalar_arg(a.name, a.dtype, scalars));
+      args.push_back(a.dtype == DType::kF32 ? LaunchArg::scalar_f32(v.as_f32()) : LaunchArg::scalar_i64(v.as_i64()));
     }
-    NPURT_RETURN_IF_ERROR(memory_->launch(stream, k.code.address(), k.image, k.grid, args));
+    NPURT_RETURN_IF_ERROR(runtime_->memory().launch(stream, k.code.address(), k.image, k.grid, args));
   }
   return Status();
 }
 
+// One use of the sequence's stream pool: reused while nothing was published, fresh
+// and primed otherwise, replaced after a failure (exec/stream_pool.h).
 Status CompiledSequence::call(const Scalars& scalars) {
-  NPURT_RETURN_IF_ERROR(ensure_stream());
-  NPURT_RETURN_IF_ERROR(enqueue(stream_, scalars));
-  Status run = memory_->device().stream_synchronize(stream_);
-  if (!run.ok()) {
-    // A failed stream proves nothing about its cores: start over on a fresh one.
-    memory_->device().destroy_stream(stream_).ignore();
-    stream_ = 0;
-    return run;
-  }
+  NPURT_RETURN_IF_ERROR(runtime_->check_open("sequence '" + name_ + "'"));
+  NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, streams_->acquire());
+  Status enqueued = enqueue(lease.stream, scalars);
+  Status run = streams_->finish(lease);
+  NPURT_RETURN_IF_ERROR(enqueued);
+  NPURT_RETURN_IF_ERROR(run);
   for (const std::string& out : outputs_) {
     NPURT_ASSIGN_OR_RETURN(View v, resolve(out));
-    NPURT_RETURN_IF_ERROR(memory_->to_host(v));
+    NPURT_RETURN_IF_ERROR(runtime_->memory().to_host(v));
   }
   return Status();
 }

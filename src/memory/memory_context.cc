@@ -12,22 +12,25 @@ const char* coherence_policy_name(CoherencePolicy policy) {
   return "unknown";
 }
 
-StatusOr<std::unique_ptr<MemoryContext>> MemoryContext::create(hal::Device& device,
+StatusOr<std::unique_ptr<MemoryContext>> MemoryContext::create(std::shared_ptr<hal::Device> device,
                                                                MemoryOptions options) {
+  if (!device) return invalid_argument("MemoryContext: no device");
   if (options.policy != CoherencePolicy::kExact &&
       options.policy != CoherencePolicy::kNaiveResidencyFlags) {
     return invalid_argument("MemoryOptions::policy " +
                             std::to_string(static_cast<int>(options.policy)) + " is not a policy");
   }
-  auto core = std::make_shared<memory_detail::MemoryCore>(device, options);
-  NPURT_RETURN_IF_ERROR(core->open().with_context("creating the memory context's stream"));
+  auto core = std::make_shared<memory_detail::MemoryCore>(std::move(device), options);
+  NPURT_RETURN_IF_ERROR(core->open().with_context("creating the memory context's transfer streams"));
   return std::unique_ptr<MemoryContext>(new MemoryContext(std::move(core)));
 }
 
 MemoryContext::MemoryContext(std::shared_ptr<memory_detail::MemoryCore> core)
     : core_(std::move(core)) {}
 
-MemoryContext::~MemoryContext() { core_->close(); }
+MemoryContext::~MemoryContext() { close(); }
+
+void MemoryContext::close() { core_->close(); }
 
 const MemoryOptions& MemoryContext::options() const { return core_->options(); }
 hal::Device& MemoryContext::device() const { return core_->device(); }

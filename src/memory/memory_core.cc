@@ -46,12 +46,16 @@ BufferState::~BufferState() {
 
 // ---- MemoryCore: lifetime ------------------------------------------------------------
 
-MemoryCore::MemoryCore(hal::Device& device, MemoryOptions options)
-    : device_(&device), options_(options), page_(PageWriteTracker::page_size()), fences_(device) {}
+MemoryCore::MemoryCore(std::shared_ptr<hal::Device> device, MemoryOptions options)
+    : device_(std::move(device)),
+      options_(options),
+      page_(PageWriteTracker::page_size()),
+      fences_(*device_) {}
 
 Status MemoryCore::open() {
   std::lock_guard<std::mutex> lock(mu_);
-  NPURT_ASSIGN_OR_RETURN(internal_, device_->create_stream());
+  // Transfers run no code: a pool without a registry, replaced only after a failure.
+  NPURT_ASSIGN_OR_RETURN(transfers_, exec::StreamPool::make("memory context transfers", device_, nullptr));
   return ok_status();
 }
 
@@ -62,7 +66,7 @@ void MemoryCore::close() {
   fences_.wait_all().ignore();
   for (BufferState* b : live_) {
     b->freed = true;
-    b->freed_reason = "its memory context was destroyed";
+    b->freed_reason = "its memory context is closed";
     device_->free(b->device_addr).ignore();
   }
   live_.clear();
@@ -72,13 +76,11 @@ void MemoryCore::close() {
   staging_pool_.clear();
   pooled_staging_bytes_ = 0;
   fences_.destroy();
-  if (internal_ != 0) device_->destroy_stream(internal_).ignore();
-  internal_ = 0;
+  transfers_->close();
 }
 
 Status MemoryCore::check_open() const {
-  if (closed_) return failed_precondition("its memory context was destroyed");
-  if (internal_ == 0) return failed_precondition("the memory context lost its internal stream");
+  if (closed_) return failed_precondition("its memory context is closed");
   return ok_status();
 }
 
@@ -306,14 +308,18 @@ void MemoryCore::record_host_write(BufferState& b, uint64_t begin, uint64_t end)
 
 // ---- synchronous transfers --------------------------------------------------------------
 
-Status MemoryCore::finish_internal_stream() {
-  Status s = device_->stream_synchronize(internal_);
-  if (s.ok()) return s;
-  // A failed stream refuses further work: replace it.
-  device_->destroy_stream(internal_).ignore();
-  StatusOr<hal::StreamId> fresh = device_->create_stream();
-  internal_ = fresh.ok() ? *fresh : 0;
-  return s.with_context("memory context internal stream");
+// Enqueues copy(stream, range) for each range on a transfer stream and waits for them;
+// the pool replaces a stream that failed.
+template <typename Copy>
+Status MemoryCore::transfer_now(const std::vector<ByteRange>& ranges, Copy&& copy) {
+  NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, transfers_->acquire());
+  Status enqueued;
+  for (const ByteRange& r : ranges) {
+    enqueued = copy(lease.stream, r);
+    if (!enqueued.ok()) break;
+  }
+  Status finished = transfers_->finish(lease);
+  return enqueued.ok() ? finished : enqueued;
 }
 
 Status MemoryCore::download_now(BufferState& b, const std::vector<ByteRange>& ranges) {
@@ -326,17 +332,15 @@ Status MemoryCore::download_now(BufferState& b, const std::vector<ByteRange>& ra
       return s.with_context("fetching " + buffer_text(b) + ": the device work writing it failed");
     }
   }
-  Status enqueued;
-  for (const ByteRange& r : ranges) {
-    enqueued =
-        device_->copy_to_host(internal_, b.mirror + r.begin, b.device_addr + r.begin, r.size());
-    if (!enqueued.ok()) break;
-    stats_.d2h_bytes += r.size();
-    ++stats_.d2h_copies;
-  }
-  Status finished = finish_internal_stream();
-  NPURT_RETURN_IF_ERROR_CTX(enqueued, "fetching " + buffer_text(b));
-  NPURT_RETURN_IF_ERROR_CTX(finished, "fetching " + buffer_text(b));
+  NPURT_RETURN_IF_ERROR_CTX(transfer_now(ranges,
+                                         [&](hal::StreamId stream, const ByteRange& r) {
+                                           Status s = device_->copy_to_host(
+                                               stream, b.mirror + r.begin, b.device_addr + r.begin,
+                                               r.size());
+                                           if (s.ok()) stats_.d2h_bytes += r.size(), ++stats_.d2h_copies;
+                                           return s;
+                                         }),
+                            "fetching " + buffer_text(b));
   for (const ByteRange& r : ranges) {
     forget_writer(b, r);
     if (exact()) b.map.mark_synced(r.begin, r.end);
@@ -355,17 +359,15 @@ Status MemoryCore::upload_now(BufferState& b, const std::vector<ByteRange>& rang
   sort_unique(waits_);
   // Work that failed is over; overwriting the bytes it touched needs no error.
   for (const FenceRef& w : waits_) fences_.host_wait(w).ignore();
-  Status enqueued;
-  for (const ByteRange& r : ranges) {
-    enqueued =
-        device_->copy_to_device(internal_, b.device_addr + r.begin, b.mirror + r.begin, r.size());
-    if (!enqueued.ok()) break;
-    stats_.h2d_bytes += r.size();
-    ++stats_.h2d_copies;
-  }
-  Status finished = finish_internal_stream();
-  NPURT_RETURN_IF_ERROR_CTX(enqueued, "uploading " + buffer_text(b));
-  NPURT_RETURN_IF_ERROR_CTX(finished, "uploading " + buffer_text(b));
+  NPURT_RETURN_IF_ERROR_CTX(transfer_now(ranges,
+                                         [&](hal::StreamId stream, const ByteRange& r) {
+                                           Status s = device_->copy_to_device(
+                                               stream, b.device_addr + r.begin, b.mirror + r.begin,
+                                               r.size());
+                                           if (s.ok()) stats_.h2d_bytes += r.size(), ++stats_.h2d_copies;
+                                           return s;
+                                         }),
+                            "uploading " + buffer_text(b));
   for (const ByteRange& r : ranges) {
     set_writer(b, r, FenceRef{});  // complete: nothing left to wait for
     if (exact()) b.map.mark_synced(r.begin, r.end);

@@ -1,9 +1,10 @@
 // MemoryCore: the state behind MemoryContext, Buffer, View and the guards.
 //
-// MemoryContext owns the core's device resources (internal stream, events, device
+// MemoryContext owns the core's device resources (transfer streams, events, device
 // allocations) and releases them in its destructor (close()). Buffers, views and
-// guards share the core object itself, so they can outlive the context safely: a
-// closed core refuses every call with kFailedPrecondition.
+// guards share the core object itself, which keeps the device alive, so they can
+// outlive the context safely: a closed core refuses every call with
+// kFailedPrecondition.
 //
 // Every member of the core and the mutable part of every BufferState is guarded by
 // MemoryCore::mu_.
@@ -21,6 +22,7 @@
 
 #include "memory/dep_map.h"
 #include "memory/fence_table.h"
+#include "npurt/exec/stream_pool.h"
 #include "npurt/memory/coherence_map.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/memory/write_tracker.h"
@@ -70,11 +72,11 @@ struct BufferState {
 
 class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
  public:
-  MemoryCore(hal::Device& device, MemoryOptions options);
+  MemoryCore(std::shared_ptr<hal::Device> device, MemoryOptions options);
   MemoryCore(const MemoryCore&) = delete;
   MemoryCore& operator=(const MemoryCore&) = delete;
 
-  Status open();  // creates the internal stream
+  Status open();  // creates the transfer stream pool
   void close();   // see the file comment
 
   const MemoryOptions& options() const { return options_; }
@@ -139,11 +141,12 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   StatusOr<std::vector<ByteRange>> plan_download(BufferState& b, uint64_t begin, uint64_t end);
   void record_host_write(BufferState& b, uint64_t begin, uint64_t end);
 
-  // Synchronous transfers on the internal stream, ordered after conflicting work.
+  // Synchronous transfers on a transfer stream, ordered after conflicting work.
   Status upload_now(BufferState& b, const std::vector<ByteRange>& ranges);
   Status download_now(BufferState& b, const std::vector<ByteRange>& ranges);
   Status fetch(BufferState& b, uint64_t begin, uint64_t end);
-  Status finish_internal_stream();
+  template <typename Copy>
+  Status transfer_now(const std::vector<ByteRange>& ranges, Copy&& copy);
 
   // Dependency bookkeeping.
   void collect_waits(const BufferState& b, ByteRange r, bool writes);
@@ -157,13 +160,13 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   void reap_deferred_frees();
   Status free_device_block(hal::DeviceAddr addr, const std::string& name);
 
-  hal::Device* const device_;
+  const std::shared_ptr<hal::Device> device_;
   const MemoryOptions options_;
   const uint64_t page_;
 
   mutable std::mutex mu_;
   bool closed_ = false;
-  hal::StreamId internal_ = 0;
+  std::unique_ptr<exec::StreamPool> transfers_;  // synchronous transfers (one slot)
   FenceTable fences_;
   std::vector<BufferState*> live_;
   std::vector<DeferredFree> deferred_;

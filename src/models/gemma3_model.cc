@@ -36,7 +36,7 @@ constexpr const char* kPrefillLast = "last";
 
 StatusOr<DType> tensor_dtype(const GgufFile& file, const std::string& name) {
   const GgufTensor* t = file.tensor(name);
-  if (t == nullptr) return Status(StatusCode::kNotFound, "gemma3: no tensor '" + name + "'");
+  if (t == nullptr) return not_found("gemma3: no tensor '" + name + "'");
   return t->dtype;
 }
 
@@ -108,7 +108,7 @@ StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, 
 StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const Gemma3Config& c,
                                                      const Gemma3Options& o) {
   if (c.value_dim != c.head_dim) {
-    return Status(StatusCode::kInvalidArgument, "gemma3: value_length " + std::to_string(c.value_dim) +
+    return invalid_argument("gemma3: value_length " + std::to_string(c.value_dim) +
                                                     " differs from key_length " + std::to_string(c.head_dim) +
                                                     "; the attention operator needs them equal");
   }
@@ -197,7 +197,7 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
   NPURT_ASSIGN_OR_RETURN(std::string out_norm, s.weight(file, "output_norm.weight", hidden));
   s.add(norm_hidden, {"h", out_norm, "x"});
   const GgufTensor* head = gemma3_output_weight(file);
-  if (head == nullptr) return Status(StatusCode::kNotFound, "gemma3: no output.weight or token_embd.weight");
+  if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
   NPURT_RETURN_IF_ERROR(matvec(std::string(head->name), static_cast<uint64_t>(c.vocab), hidden, "x", "logits"));
   s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = static_cast<uint64_t>(c.vocab)}), {"logits", "next"});
   return s.finish(o);
@@ -206,12 +206,12 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
 StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& c,
                                                        const Gemma3Options& o) {
   if (c.value_dim != c.head_dim) {
-    return Status(StatusCode::kInvalidArgument, "gemma3: value_length " + std::to_string(c.value_dim) +
+    return invalid_argument("gemma3: value_length " + std::to_string(c.value_dim) +
                                                     " differs from key_length " + std::to_string(c.head_dim));
   }
   const uint32_t ctx = context_of(c, o);
   const uint32_t T = std::min(o.prefill_chunk, ctx);
-  if (T == 0) return Status(StatusCode::kInvalidArgument, "gemma3: prefill_chunk 0 builds no prefill sequence");
+  if (T == 0) return invalid_argument("gemma3: prefill_chunk 0 builds no prefill sequence");
   const uint64_t hidden = c.hidden, ffn = c.ffn, hd = c.head_dim;
   const uint64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
   const uint32_t dim = static_cast<uint32_t>(hidden);
@@ -316,7 +316,7 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
   NPURT_ASSIGN_OR_RETURN(std::string out_norm, s.weight(file, "output_norm.weight", hidden));
   s.add(rmsnorm(1, dim, c.rms_eps), {"h_last", out_norm, "x_last"});
   const GgufTensor* head = gemma3_output_weight(file);
-  if (head == nullptr) return Status(StatusCode::kNotFound, "gemma3: no output.weight or token_embd.weight");
+  if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
   NPURT_ASSIGN_OR_RETURN(DType head_type, tensor_dtype(file, std::string(head->name)));
   s.size(std::string(head->name), static_cast<uint64_t>(c.vocab) * hidden);
   s.add(gemv(static_cast<uint64_t>(c.vocab), hidden, head_type), {std::string(head->name), "x_last", "logits"});
@@ -324,17 +324,17 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
   return s.finish(o, "gemma3_prefill", {"tokens"});
 }
 
-StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, MemoryContext& memory,
-                                                          exec::CodeRegistry& registry, const Gemma3Options& options,
-                                                          const Progress& progress) {
+StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, Runtime& runtime,
+                                                          const Gemma3Options& options, const Progress& progress) {
   NPURT_ASSIGN_OR_RETURN(Gemma3Config config, Gemma3Config::from_gguf(file));
   NPURT_RETURN_IF_ERROR(validate_gemma3_tensors(file, config));
   NPURT_ASSIGN_OR_RETURN(graph::OperatorSequence step, gemma3_decode_step(file, config, options));
   auto model = std::unique_ptr<Gemma3Model>(new Gemma3Model());
-  model->memory_ = &memory;
+  model->runtime_ = runtime.shared_from_this();
   model->config_ = config;
   model->max_context_ = context_of(config, options);
-  NPURT_ASSIGN_OR_RETURN(model->seq_, step.compile(memory, registry));
+  MemoryContext& memory = runtime.memory();
+  NPURT_ASSIGN_OR_RETURN(model->seq_, step.compile(runtime));
   NPURT_ASSIGN_OR_RETURN(model->next_, model->seq_->get_buffer("next"));
   NPURT_ASSIGN_OR_RETURN(model->logits_, model->seq_->get_buffer("logits"));
   if (options.prefill_chunk > 0) {
@@ -347,7 +347,7 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, M
         NPURT_ASSIGN_OR_RETURN(co.shared[p.name], model->seq_->get_buffer(p.name));
       }
     }
-    NPURT_ASSIGN_OR_RETURN(model->prefill_, chunk.compile(memory, registry, co));
+    NPURT_ASSIGN_OR_RETURN(model->prefill_, chunk.compile(runtime, co));
     NPURT_ASSIGN_OR_RETURN(model->prefill_tokens_, model->prefill_->get_buffer("tokens"));
     NPURT_ASSIGN_OR_RETURN(model->prefill_next_, model->prefill_->get_buffer("next"));
     NPURT_ASSIGN_OR_RETURN(model->prefill_logits_, model->prefill_->get_buffer("logits"));
@@ -373,11 +373,11 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, M
       const std::span<uint8_t> dst = g.bytes();
       if (is_norm(std::string(t->name)) && t->dtype != DType::kF32) {
         const std::vector<float> f = isa::to_f32(t->data, t->dtype);
-        if (f.size() * sizeof(float) != dst.size()) return Status(StatusCode::kInternal, "gemma3: norm size mismatch");
+        if (f.size() * sizeof(float) != dst.size()) return internal_error("gemma3: norm size mismatch");
         std::memcpy(dst.data(), f.data(), dst.size());
       } else {
         if (t->data.size() != dst.size()) {
-          return Status(StatusCode::kInvalidArgument, "gemma3: tensor '" + std::string(t->name) + "' holds " +
+          return invalid_argument("gemma3: tensor '" + std::string(t->name) + "' holds " +
                                                           std::to_string(t->data.size()) + " bytes, the step binds " +
                                                           std::to_string(dst.size()));
         }
@@ -404,12 +404,10 @@ Status Gemma3Model::reset() {
 
 StatusOr<int32_t> Gemma3Model::step(int32_t token) {
   if (token < 0 || token >= config_.vocab) {
-    return Status(StatusCode::kInvalidArgument,
-                  "gemma3: token " + std::to_string(token) + " is outside [0, " + std::to_string(config_.vocab) + ")");
+    return invalid_argument(                  "gemma3: token " + std::to_string(token) + " is outside [0, " + std::to_string(config_.vocab) + ")");
   }
   if (position_ >= static_cast<int32_t>(max_context_)) {
-    return Status(StatusCode::kOutOfRange,
-                  "gemma3: the context is full (" + std::to_string(max_context_) + " positions); reset() first");
+    return out_of_range(                  "gemma3: the context is full (" + std::to_string(max_context_) + " positions); reset() first");
   }
   const graph::Scalars scalars{{"token", int64_t{token}},
                                {"pos", int64_t{position_}},
@@ -419,7 +417,7 @@ StatusOr<int32_t> Gemma3Model::step(int32_t token) {
   NPURT_RETURN_IF_ERROR(seq_->call(scalars));
   ++position_;
   last_logits_ = &logits_;
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(next_));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, runtime_->memory().read(next_));
   int32_t next = 0;
   std::memcpy(&next, g.bytes().data(), sizeof next);
   return next;
@@ -427,7 +425,7 @@ StatusOr<int32_t> Gemma3Model::step(int32_t token) {
 
 Status Gemma3Model::set_prefill_chunk(uint32_t chunk) {
   if (chunk > max_chunk_) {
-    return Status(StatusCode::kInvalidArgument, "gemma3: prefill chunk " + std::to_string(chunk) +
+    return invalid_argument("gemma3: prefill chunk " + std::to_string(chunk) +
                                                     " is above the compiled maximum " + std::to_string(max_chunk_) +
                                                     " (0: token by token)");
   }
@@ -436,15 +434,15 @@ Status Gemma3Model::set_prefill_chunk(uint32_t chunk) {
 }
 
 StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
-  if (tokens.empty()) return Status(StatusCode::kInvalidArgument, "gemma3: prefill of an empty prompt");
+  if (tokens.empty()) return invalid_argument("gemma3: prefill of an empty prompt");
   if (position_ + tokens.size() > max_context_) {
-    return Status(StatusCode::kOutOfRange, "gemma3: " + std::to_string(tokens.size()) + " prompt tokens at position " +
+    return out_of_range("gemma3: " + std::to_string(tokens.size()) + " prompt tokens at position " +
                                                std::to_string(position_) + " do not fit the context of " +
                                                std::to_string(max_context_) + " positions");
   }
   for (int32_t token : tokens) {
     if (token < 0 || token >= config_.vocab) {
-      return Status(StatusCode::kInvalidArgument, "gemma3: prompt token " + std::to_string(token) +
+      return invalid_argument("gemma3: prompt token " + std::to_string(token) +
                                                       " is outside [0, " + std::to_string(config_.vocab) + ")");
     }
   }
@@ -459,7 +457,7 @@ StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
 StatusOr<int32_t> Gemma3Model::prefill_chunk_call(std::span<const int32_t> tokens) {
   {
     NPURT_ASSIGN_OR_RETURN(View ids, prefill_tokens_.subview(0, tokens.size() * sizeof(int32_t)));
-    NPURT_ASSIGN_OR_RETURN(WriteGuard g, memory_->overwrite(ids));
+    NPURT_ASSIGN_OR_RETURN(WriteGuard g, runtime_->memory().overwrite(ids));
     std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -473,22 +471,20 @@ StatusOr<int32_t> Gemma3Model::prefill_chunk_call(std::span<const int32_t> token
   NPURT_RETURN_IF_ERROR(prefill_->call(scalars));
   position_ += static_cast<int32_t>(n);
   last_logits_ = &prefill_logits_;
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(prefill_next_));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, runtime_->memory().read(prefill_next_));
   int32_t next = 0;
   std::memcpy(&next, g.bytes().data(), sizeof next);
   return next;
 }
 
 StatusOr<std::vector<float>> Gemma3Model::logits() const {
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory_->read(*last_logits_));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, runtime_->memory().read(*last_logits_));
   std::vector<float> out(g.bytes().size() / sizeof(float));
   std::memcpy(out.data(), g.bytes().data(), out.size() * sizeof(float));
   return out;
 }
 
-StatusOr<std::unique_ptr<SimGemma3>> SimGemma3::load(const GgufFile& file, uint32_t cores,
-                                                      const Gemma3Options& options,
-                                                      const Gemma3Model::Progress& progress) {
+StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores, const Gemma3Options& options) {
   NPURT_ASSIGN_OR_RETURN(Gemma3Config c, Gemma3Config::from_gguf(file));
   // Weights take at most the file's bytes, the f32 KV cache 2 x 4 bytes per layer,
   // position and kv dim; the rest is intermediates and code. GM pages are reserved
@@ -497,12 +493,15 @@ StatusOr<std::unique_ptr<SimGemma3>> SimGemma3::load(const GgufFile& file, uint3
   hal::SimOptions o;
   o.num_cores = cores;
   o.global_memory_bytes = (file.bytes().size() + kv + (256ull << 20) + 4095) / 4096 * 4096;
-  auto sim = std::unique_ptr<SimGemma3>(new SimGemma3());
-  NPURT_ASSIGN_OR_RETURN(sim->device_, hal::create_sim_device(o));
-  NPURT_ASSIGN_OR_RETURN(sim->memory_, MemoryContext::create(*sim->device_));
-  sim->registry_ = std::make_unique<exec::CodeRegistry>(*sim->device_);
-  NPURT_ASSIGN_OR_RETURN(sim->model_, Gemma3Model::load(file, *sim->memory_, *sim->registry_, options, progress));
-  return sim;
+  return o;
+}
+
+StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load_sim(const GgufFile& file, uint32_t cores,
+                                                              const Gemma3Options& options,
+                                                              const Progress& progress) {
+  NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, gemma3_sim_options(file, cores, options));
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+  return load(file, *runtime, options, progress);
 }
 
 }  // namespace npurt::models

@@ -263,7 +263,7 @@ StatusOr<int32_t> HostTokenModel::step(int32_t token) {
 }
 
 StatusOr<int32_t> HostTokenModel::prefill(std::span<const int32_t> tokens) {
-  if (tokens.empty()) return Status(StatusCode::kInvalidArgument, "host oracle: prefill of an empty prompt");
+  if (tokens.empty()) return invalid_argument("host oracle: prefill of an empty prompt");
   for (size_t i = 0; i + 1 < tokens.size(); ++i) NPURT_RETURN_IF_ERROR(oracle_.step(tokens[i], false).status());
   return step(tokens.back());
 }

@@ -13,7 +13,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 StatusOr<int32_t> TokenModel::prefill(std::span<const int32_t> tokens) {
-  if (tokens.empty()) return Status(StatusCode::kInvalidArgument, "prefill: no tokens");
+  if (tokens.empty()) return invalid_argument("prefill: no tokens");
   int32_t next = 0;
   for (int32_t tok : tokens) {
     NPURT_ASSIGN_OR_RETURN(next, step(tok));
@@ -24,10 +24,9 @@ StatusOr<int32_t> TokenModel::prefill(std::span<const int32_t> tokens) {
 StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int32_t>& prompt, int max_new_tokens,
                                         const Tokenizer* stop, const std::function<void(int32_t)>& on_token,
                                         GenerateStats* stats) {
-  if (prompt.empty()) return Status(StatusCode::kInvalidArgument, "generate: the prompt is empty");
+  if (prompt.empty()) return invalid_argument("generate: the prompt is empty");
   if (max_new_tokens < 0) {
-    return Status(StatusCode::kInvalidArgument,
-                  "generate: max_new_tokens " + std::to_string(max_new_tokens) + " is negative");
+    return invalid_argument(                  "generate: max_new_tokens " + std::to_string(max_new_tokens) + " is negative");
   }
   GenerateStats local;
   GenerateStats& st = stats != nullptr ? *stats : local;

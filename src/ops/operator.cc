@@ -14,8 +14,7 @@ HostArg HostArg::f32(float v) { return {{}, std::bit_cast<uint32_t>(v), true}; }
 float HostArg::as_f32() const { return std::bit_cast<float>(static_cast<uint32_t>(bits)); }
 
 Status invalid_param(std::string_view op, std::string_view param, std::string_view why) {
-  return Status(StatusCode::kInvalidArgument,
-                std::string(op) + ": parameter '" + std::string(param) + "' " + std::string(why));
+  return invalid_argument(                std::string(op) + ": parameter '" + std::string(param) + "' " + std::string(why));
 }
 
 uint8_t EmitContext::arg(std::string_view name) const {
@@ -36,7 +35,7 @@ StatusOr<Kernel> Operator::compile(const Target& target) const {
   }
   StatusOr<uint32_t> grid = emit(ctx);
   if (!grid.ok()) return grid.status().with_context("compiling " + name());
-  if (*grid == 0) return Status(StatusCode::kInternal, name() + ": empty grid");
+  if (*grid == 0) return internal_error(name() + ": empty grid");
   b.exit();
   StatusOr<isa::Image> image = b.build(target.local_bytes);
   if (!image.ok()) return image.status().with_context("compiling " + name());
@@ -47,17 +46,16 @@ Status Operator::reference(std::span<const HostArg> args) const {
   NPURT_RETURN_IF_ERROR(validate());
   const std::vector<OpArg> sig = signature();
   if (args.size() != sig.size()) {
-    return Status(StatusCode::kInvalidArgument, name() + ": reference needs " + std::to_string(sig.size()) +
+    return invalid_argument(name() + ": reference needs " + std::to_string(sig.size()) +
                                                     " arguments, got " + std::to_string(args.size()));
   }
   for (size_t i = 0; i < sig.size(); ++i) {
     if (args[i].is_scalar != sig[i].is_scalar()) {
-      return Status(StatusCode::kInvalidArgument, name() + ": argument '" + sig[i].name + "' must be a " +
+      return invalid_argument(name() + ": argument '" + sig[i].name + "' must be a " +
                                                       (sig[i].is_scalar() ? "scalar" : "buffer"));
     }
     if (!sig[i].is_scalar() && args[i].bytes.size() != sig[i].bytes()) {
-      return Status(StatusCode::kInvalidArgument,
-                    name() + ": argument '" + sig[i].name + "' needs " + std::to_string(sig[i].bytes()) +
+      return invalid_argument(                    name() + ": argument '" + sig[i].name + "' needs " + std::to_string(sig[i].bytes()) +
                         " bytes, got " + std::to_string(args[i].bytes.size()));
     }
   }

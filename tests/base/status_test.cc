@@ -54,5 +54,14 @@ TEST(Status, StatusOrFromOkStatusIsInternalError) {
   EXPECT_EQ(v.status().code(), StatusCode::kInternal);
 }
 
+// Reading the value of an error is a caller bug: it aborts, naming the status.
+TEST(StatusDeathTest, ValueOfAnErrorAbortsWithItsMessage) {
+  StatusOr<int> v = parse_positive(-3);
+  EXPECT_DEATH((void)v.value(), "StatusOr has no value: INVALID_ARGUMENT: value must be positive, got -3");
+  EXPECT_DEATH((void)*v, "value must be positive");
+  StatusOr<std::string> s = not_found("no such kernel 'gemv'");
+  EXPECT_DEATH((void)s->size(), "no such kernel 'gemv'");
+}
+
 }  // namespace
 }  // namespace npurt

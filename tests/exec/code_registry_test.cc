@@ -22,7 +22,7 @@ isa::Image image(const char* name, isa::BinOp op) { return elementwise_kernel(na
 
 TEST(CodeRegistry, FirstRegistrationUploadsAndPublishes) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   EXPECT_EQ(reg.publication_epoch(), 0u);
   const isa::Image a = image("A", isa::BinOp::kAdd);
 
@@ -48,7 +48,7 @@ TEST(CodeRegistry, FirstRegistrationUploadsAndPublishes) {
 
 TEST(CodeRegistry, HashIsXxh3Of128BitsOverTheImageBytes) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   const isa::Image a = image("A", isa::BinOp::kAdd);
   auto h = reg.register_image(a);
   ASSERT_TRUE(h.ok());
@@ -60,7 +60,7 @@ TEST(CodeRegistry, HashIsXxh3Of128BitsOverTheImageBytes) {
 
 TEST(CodeRegistry, DedupHitBumpsTheRefcountAndWritesNothing) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   auto first = reg.register_image(image("A", isa::BinOp::kAdd));
   ASSERT_TRUE(first.ok());
   const hal::Counters before = dev->counters();
@@ -85,7 +85,7 @@ TEST(CodeRegistry, DedupHitBumpsTheRefcountAndWritesNothing) {
 
 TEST(CodeRegistry, DistinctImagesGetDistinctBlocksAndPublications) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   auto a = reg.register_image(image("A", isa::BinOp::kAdd));
   auto b = reg.register_image(image("B", isa::BinOp::kMul));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -103,7 +103,7 @@ TEST(CodeRegistry, EqualHashWithDifferentBytesIsADifferentImage) {
   auto dev = make_sim();
   CodeRegistryOptions o;
   o.hash = [](std::span<const uint8_t>) { return CodeHash{42, 42}; };
-  CodeRegistry reg(*dev, o);
+  CodeRegistry reg(dev, o);
   auto a = reg.register_image(image("A", isa::BinOp::kAdd));
   auto b = reg.register_image(image("B", isa::BinOp::kMul));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -120,7 +120,7 @@ TEST(CodeRegistry, EqualHashWithDifferentBytesIsADifferentImage) {
 
 TEST(CodeRegistry, BlockIsFreedWhenTheLastHolderGoesAndItsAddressRecycled) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   auto r1 = reg.register_image(image("A", isa::BinOp::kAdd));
   auto r2 = reg.register_image(image("A", isa::BinOp::kAdd));
   ASSERT_TRUE(r1.ok() && r2.ok());
@@ -153,7 +153,7 @@ TEST(CodeRegistry, BlockIsFreedWhenTheLastHolderGoesAndItsAddressRecycled) {
 
 TEST(CodeRegistry, UnregisterRejectsEmptyAndForeignHandles) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev), other(*dev);
+  CodeRegistry reg(dev), other(dev);
   CodeHandle empty;
   Status st = reg.unregister(empty);
   EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
@@ -177,7 +177,7 @@ TEST(CodeRegistry, HandlesMayOutliveTheRegistry) {
   auto dev = make_sim();
   CodeHandle h;
   {
-    CodeRegistry reg(*dev);
+    CodeRegistry reg(dev);
     auto r = reg.register_image(image("A", isa::BinOp::kAdd));
     ASSERT_TRUE(r.ok());
     h = *r;
@@ -195,7 +195,7 @@ TEST(CodeRegistry, AllocationFailureIsAnErrorNamingTheImageAndLeavesNothing) {
   hal::SimOptions o;
   o.global_memory_bytes = 1u << 20;
   auto dev = make_sim(o);
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   isa::KernelBuilder b("huge");
   b.add_constants(std::vector<uint8_t>(2u << 20, 1));
   b.exit();
@@ -214,7 +214,7 @@ TEST(CodeRegistry, AllocationFailureIsAnErrorNamingTheImageAndLeavesNothing) {
 // resident at most once at a time, and every block freed in the end.
 TEST(CodeRegistry, ConcurrentRegisterAndUnregisterStayConsistent) {
   auto dev = make_sim();
-  CodeRegistry reg(*dev);
+  CodeRegistry reg(dev);
   const std::vector<isa::Image> images = {image("A", isa::BinOp::kAdd), image("B", isa::BinOp::kMul),
                                           image("C", isa::BinOp::kSub), image("D", isa::BinOp::kMax)};
   std::atomic<int> errors{0};

@@ -66,11 +66,11 @@ TEST(Trace, RunsOnTheSimulatorProduceAChromeTrace) {
   ASSERT_TRUE(trace::enabled());
   {
     auto dev = npurt::testing::make_sim();
-    CodeRegistry registry(*dev);
-    auto worker = std::move(Worker::make(*dev, registry)).value();
+    auto registry = std::make_shared<CodeRegistry>(dev);
+    auto worker = std::move(Worker::make(registry)).value();
     using npurt::testing::elementwise_kernel;
-    const CodeHandle add = registry.register_image(elementwise_kernel("A", isa::BinOp::kAdd).value()).value();
-    const CodeHandle mul = registry.register_image(elementwise_kernel("B", isa::BinOp::kMul).value()).value();
+    const CodeHandle add = registry->register_image(elementwise_kernel("A", isa::BinOp::kAdd).value()).value();
+    const CodeHandle mul = registry->register_image(elementwise_kernel("B", isa::BinOp::kMul).value()).value();
     constexpr size_t kN = 512;
     const std::vector<float> x = npurt::testing::random_floats(kN, 3);
     std::vector<hal::DeviceAddr> bufs;

@@ -8,6 +8,7 @@
 #include "hal/sim_test_util.h"
 #include "npurt/exec/worker.h"
 #include "npurt/memory/memory_context.h"
+#include "npurt/runtime/runtime.h"
 
 namespace npurt::exec {
 namespace {
@@ -18,12 +19,11 @@ constexpr size_t kN = 64 * 8;  // one 64-element tile per block, grid 8
 constexpr uint64_t kBytes = kN * sizeof(float);
 
 struct Rig {
-  std::unique_ptr<hal::Device> dev = npurt::testing::make_sim();
-  CodeRegistry registry{*dev};
+  std::shared_ptr<Runtime> runtime = Runtime::create(npurt::testing::make_sim()).value();
+  MemoryContext* memory = &runtime->memory();
   isa::Image image = npurt::testing::elementwise_kernel("add", isa::BinOp::kAdd).value();
-  CodeHandle code = registry.register_image(image).value();
-  std::unique_ptr<MemoryContext> memory = MemoryContext::create(*dev).value();
-  std::unique_ptr<Worker> worker = Worker::make(*dev, registry).value();
+  CodeHandle code = runtime->registry().register_image(image).value();
+  std::shared_ptr<Worker> worker = runtime->make_worker().value();
 
   Buffer buffer() { return memory->create_buffer(kBytes).value(); }
 
@@ -61,7 +61,7 @@ TEST(WorkerWithMemory, LoopedRunsWithHostReadsReturnEachCallsOutputAndKeepWeight
   Buffer x = rig.buffer(), weights = rig.buffer(), out = rig.buffer();
   const auto w = random_floats(kN, 100);
   rig.write(weights, w);
-  const auto before = rig.dev->counters();
+  const auto before = rig.runtime->device().counters();
   for (int call = 0; call < 8; ++call) {
     const auto in = random_floats(kN, 200 + call);
     rig.write(x, in);
@@ -70,7 +70,7 @@ TEST(WorkerWithMemory, LoopedRunsWithHostReadsReturnEachCallsOutputAndKeepWeight
     ASSERT_TRUE(st.ok()) << st.to_string();
     expect_sum(rig.read(out), in, w);
   }
-  const auto d = rig.dev->counters() - before;
+  const auto d = rig.runtime->device().counters() - before;
   // Per call x goes up and the output comes back; the weights go up once. The
   // poisoned output mirror is never sent: an `out` argument is written whole.
   EXPECT_EQ(d.h2d_bytes, 8 * kBytes + kBytes);

@@ -58,8 +58,8 @@ struct Rig {
     hal::SimOptions so;
     so.sanitize = sanitize;
     dev = npurt::testing::make_sim(so);
-    registry = std::make_unique<CodeRegistry>(*dev);
-    auto w = Worker::make(*dev, *registry, options);
+    registry = std::make_shared<CodeRegistry>(dev);
+    auto w = Worker::make(registry, options);
     if (!w.ok()) ADD_FAILURE() << w.status().to_string();
     worker = std::move(w).value();
     hx = random_floats(kN, 1);
@@ -73,11 +73,6 @@ struct Rig {
     busy_out = npurt::testing::put(*dev, s, std::vector<float>(options.depth, 0.f));
     if (!dev->destroy_stream(s).ok()) ADD_FAILURE() << "destroy setup stream";
     base = dev->counters();
-  }
-
-  ~Rig() {
-    worker.reset();  // retires every run before the registry and the device go
-    registry.reset();
   }
 
   // out = x <op> y on the run's slot buffers; the output is read back into *result.
@@ -124,8 +119,8 @@ struct Rig {
 
   hal::Counters delta() const { return dev->counters() - base; }
 
-  std::unique_ptr<hal::Device> dev;
-  std::unique_ptr<CodeRegistry> registry;
+  std::shared_ptr<hal::Device> dev;
+  std::shared_ptr<CodeRegistry> registry;
   std::unique_ptr<Worker> worker;
   std::vector<float> hx, hy, poison;
   std::vector<SlotBuffers> bufs;
@@ -655,14 +650,13 @@ TEST(WorkerCompletion, WaitForPreviousRunOrdersAcrossSlots) {
 
 TEST(WorkerOptionsCheck, BadOptionsAreRejected) {
   auto dev = npurt::testing::make_sim();
-  auto other = npurt::testing::make_sim();
-  CodeRegistry reg(*dev);
+  auto reg = std::make_shared<CodeRegistry>(dev);
   WorkerOptions o;
   o.depth = 0;
-  auto w = Worker::make(*dev, reg, o);
+  auto w = Worker::make(reg, o);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument) << w.status().to_string();
-  auto w2 = Worker::make(*other, reg, {});
+  auto w2 = Worker::make(nullptr, {});
   ASSERT_FALSE(w2.ok());
   EXPECT_EQ(w2.status().code(), StatusCode::kInvalidArgument) << w2.status().to_string();
 }

@@ -48,24 +48,21 @@ T value_or_die(StatusOr<T> v) {
 
 using testing::rel_l2;
 
-// A device, its memory context and code registry, with the context's policy chosen
-// by the test (the naive one shows the stale-data tests can fail).
+// A runtime on a simulated device, with the memory context's policy chosen by the
+// test (the naive one shows the stale-data tests can fail).
 class Rig {
  public:
   explicit Rig(MemoryOptions mo = {}, bool sanitize = false) {
     hal::SimOptions o;
     o.global_memory_bytes = 256ull << 20;
     o.sanitize = sanitize;
-    dev = value_or_die(hal::create_sim_device(o));
-    memory = value_or_die(MemoryContext::create(*dev, mo));
-    registry = std::make_unique<exec::CodeRegistry>(*dev);
-  }
-  ~Rig() {
-    seqs.clear();
-    memory.reset();
+    runtime = value_or_die(Runtime::create_sim(o, {.memory = mo}));
+    dev = runtime->shared_device();
+    memory = &runtime->memory();
+    registry = runtime->shared_registry();
   }
   CompiledSequence& compile(const OperatorSequence& s, CompileOptions options = {}) {
-    seqs.push_back(value_or_die(s.compile(*memory, *registry, options)));
+    seqs.push_back(value_or_die(s.compile(*runtime, options)));
     return *seqs.back();
   }
   // Writes `bytes` into buffer `name` through a raw pointer into its tracked view.
@@ -79,9 +76,10 @@ class Rig {
     ReadGuard g = value_or_die(memory->read(v));
     return {g.bytes().begin(), g.bytes().end()};
   }
-  std::unique_ptr<hal::Device> dev;
-  std::unique_ptr<MemoryContext> memory;
-  std::unique_ptr<exec::CodeRegistry> registry;
+  std::shared_ptr<Runtime> runtime;
+  std::shared_ptr<hal::Device> dev;
+  MemoryContext* memory = nullptr;
+  std::shared_ptr<exec::CodeRegistry> registry;
   std::vector<std::unique_ptr<CompiledSequence>> seqs;
 };
 
@@ -280,7 +278,7 @@ TEST(OperatorSequence, FusedAndSeparateGiveIdenticalBytes) {
 TEST(OperatorSequence, RunsThroughTheWorker) {
   Rig rig;
   CompiledSequence& seq = rig.compile(swiglu_sequence(Dispatch::kFused));
-  auto worker = value_or_die(exec::Worker::make(*rig.dev, *rig.registry));
+  auto worker = value_or_die(rig.runtime->make_worker());
   HostBuffers host = swiglu_weights(DType::kQ8_0);
   for (const char* w : {"w_gate", "w_up", "w_down"}) rig.write_raw(seq, w, host[w]);
   for (uint32_t call = 0; call < 3; ++call) {
@@ -325,7 +323,7 @@ RecycleOutcome run_after_recycling(bool prime) {
   };
   hal::DeviceAddr add_at = 0;
   {
-    auto c = value_or_die(sequence("c", add).compile(*rig.memory, *rig.registry));
+    auto c = value_or_die(sequence("c", add).compile(*rig.runtime));
     for (const char* name : {"a", "b", "v", "w"}) {
       View v = value_or_die(c->get_buffer(name));
       std::memset(v.data(), 0, v.size());
@@ -473,7 +471,7 @@ TEST(OperatorSequence, InPlaceIsRejectedForOperatorsThatCannotDoIt) {
   auto gemv = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 640, .k = 640});
   const OperatorSequence s("bad", {{gemv, {"w", "h", "h"}}}, {}, {}, {{"w", 640 * 640}, {"h", 640}});
   Rig rig;
-  auto r = s.compile(*rig.memory, *rig.registry);
+  auto r = s.compile(*rig.runtime);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("step 0 (gemv f32 640x640): 'h' (x) and 'h' (y) overlap"), std::string::npos)
       << r.status().to_string();
@@ -509,7 +507,7 @@ TEST(OperatorSequence, LayoutErrorsNameStepAndBinding) {
   };
   Rig rig;
   for (const Case& c : cases) {
-    auto r = c.seq.compile(*rig.memory, *rig.registry);
+    auto r = c.seq.compile(*rig.runtime);
     ASSERT_FALSE(r.ok()) << c.message;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status().to_string();

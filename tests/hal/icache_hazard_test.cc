@@ -12,7 +12,7 @@ using namespace npurt::testing;
 using hal::KernelArg;
 
 struct Fixture {
-  std::unique_ptr<hal::Device> dev;
+  std::shared_ptr<hal::Device> dev;
   hal::StreamId stream = 0;
   hal::DeviceAddr x = 0, y = 0, out = 0;
   std::vector<float> hx, hy;

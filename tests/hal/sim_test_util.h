@@ -21,7 +21,7 @@ namespace npurt::testing {
     ASSERT_TRUE(npurt_s_.ok()) << #expr << ": " << npurt_s_.to_string(); \
   } while (0)
 
-inline std::unique_ptr<hal::Device> make_sim(hal::SimOptions o = {}) {
+inline std::shared_ptr<hal::Device> make_sim(hal::SimOptions o = {}) {
   o.global_memory_bytes = std::min<uint64_t>(o.global_memory_bytes, 64ull << 20);
   auto d = hal::create_sim_device(o);
   if (!d.ok()) ADD_FAILURE() << d.status().to_string();
@@ -112,7 +112,7 @@ class KernelRunner {
   }
 
  private:
-  std::unique_ptr<hal::Device> dev_;
+  std::shared_ptr<hal::Device> dev_;
   hal::StreamId stream_;
 };
 

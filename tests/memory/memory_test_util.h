@@ -107,7 +107,7 @@ struct Kernel {
 // stream exists (a stream may be reused only if no code was uploaded since its
 // creation); the context's internal stream never launches.
 struct MemoryRig {
-  std::unique_ptr<hal::Device> device;
+  std::shared_ptr<hal::Device> device;
   std::vector<Kernel> kernels;
   std::unique_ptr<MemoryContext> ctx;
   hal::StreamId stream = 0;
@@ -127,7 +127,7 @@ struct MemoryRig {
       k.addr = upload(*device, k.image);
       kernels.push_back(std::move(k));
     }
-    auto c = MemoryContext::create(*device, options);
+    auto c = MemoryContext::create(device, options);
     if (!c.ok()) {
       ADD_FAILURE() << c.status().to_string();
       return;

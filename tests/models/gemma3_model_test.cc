@@ -62,19 +62,10 @@ SyntheticGemma3 typed_model() {
 }
 
 struct Rig {
-  explicit Rig(uint64_t gm_bytes = 256ull << 20) {
-    hal::SimOptions o;
-    o.global_memory_bytes = gm_bytes;
-    dev = std::move(hal::create_sim_device(o)).value();
-    memory = std::move(MemoryContext::create(*dev)).value();
-    registry = std::make_unique<exec::CodeRegistry>(*dev);
-  }
-  ~Rig() {
-    model.reset();
-    memory.reset();
-  }
+  explicit Rig(uint64_t gm_bytes = 256ull << 20)
+      : runtime(Runtime::create_sim({.global_memory_bytes = gm_bytes}).value()), memory(&runtime->memory()) {}
   Status load(const GgufFile& file, Gemma3Options o = {}) {
-    StatusOr<std::unique_ptr<Gemma3Model>> m = Gemma3Model::load(file, *memory, *registry, o);
+    StatusOr<std::unique_ptr<Gemma3Model>> m = Gemma3Model::load(file, *runtime, o);
     if (!m.ok()) return m.status();
     model = std::move(m).value();
     return Status();
@@ -88,9 +79,8 @@ struct Rig {
       std::memcpy(g.bytes().data(), nan.data(), g.bytes().size());
     }
   }
-  std::unique_ptr<hal::Device> dev;
-  std::unique_ptr<MemoryContext> memory;
-  std::unique_ptr<exec::CodeRegistry> registry;
+  std::shared_ptr<Runtime> runtime;
+  MemoryContext* memory;
   std::unique_ptr<Gemma3Model> model;
 };
 

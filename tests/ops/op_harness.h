@@ -144,7 +144,7 @@ class OpHarness {
   const ops::Operator& op_;
   std::mt19937 rng_;
   hal::SimOptions options_;
-  std::unique_ptr<hal::Device> dev_;
+  std::shared_ptr<hal::Device> dev_;
   std::map<std::string, Bytes> inputs_;
   std::map<std::string, ops::HostArg> scalars_;
   std::vector<ops::OpArg> sig_;
@@ -155,14 +155,14 @@ class OpHarness {
 // One compiled operator resident on a fresh simulated device, its stream created after
 // the upload: for tests that bind the arguments themselves (in-place runs, say).
 struct LoadedOp {
-  std::unique_ptr<hal::Device> dev;
+  std::shared_ptr<hal::Device> dev;
   ops::Kernel kernel;
   hal::DeviceAddr code = 0;
   hal::StreamId stream = 0;
 };
 
 inline StatusOr<LoadedOp> load_op(const ops::Operator& op) {
-  NPURT_ASSIGN_OR_RETURN(std::unique_ptr<hal::Device> dev, hal::create_sim_device());
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<hal::Device> dev, hal::create_sim_device());
   NPURT_ASSIGN_OR_RETURN(ops::Kernel kernel, op.compile(ops::Target::of(dev->info())));
   NPURT_ASSIGN_OR_RETURN(hal::DeviceAddr code, dev->allocate(kernel.image.bytes().size()));
   NPURT_RETURN_IF_ERROR(dev->upload_code(code, kernel.image));

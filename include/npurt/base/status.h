@@ -82,6 +82,9 @@ Status hazard_error(std::string message);
 Status unimplemented(std::string message);
 Status internal_error(std::string message);
 
+// Aborts with "StatusOr has no value: <status>": StatusOr's check, out of line.
+[[noreturn]] void abort_without_value(const Status& status);
+
 // A value or the Status explaining why there is none.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -94,15 +97,27 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  // value(), * and -> on an error abort with the status's message (an npurt bug in
+  // the caller: it did not check ok()), never undefined behaviour.
+  T& value() & { return checked(); }
+  const T& value() const& { return checked(); }
+  T&& value() && { return std::move(checked()); }
+  T* operator->() { return &checked(); }
+  const T* operator->() const { return &checked(); }
+  T& operator*() & { return checked(); }
+  const T& operator*() const& { return checked(); }
+  T&& operator*() && { return std::move(checked()); }
 
  private:
+  T& checked() {
+    if (!value_.has_value()) [[unlikely]] abort_without_value(status_);
+    return *value_;
+  }
+  const T& checked() const {
+    if (!value_.has_value()) [[unlikely]] abort_without_value(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

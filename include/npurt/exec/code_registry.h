@@ -22,9 +22,9 @@
 // "unregister while a run is in flight" is safe by construction: the run's copy keeps
 // the block, and retirement frees it.
 //
-// Lifetime. Handles may outlive the CodeRegistry object (they share its internal
-// state), but the hal::Device must outlive every handle: the last holder frees the
-// block through it.
+// Lifetime. Handles may outlive the CodeRegistry object: they share its internal
+// state, which keeps the device alive, so the last holder can free the block through
+// it whenever it goes.
 //
 // Threading. Every method, and CodeHandle copy/destruction, is thread-safe. A
 // handle's last holder may release it from any thread (the Worker's progress thread,
@@ -113,7 +113,7 @@ class CodeHandle {
 
 class CodeRegistry {
  public:
-  explicit CodeRegistry(hal::Device& device, CodeRegistryOptions options = {});
+  explicit CodeRegistry(std::shared_ptr<hal::Device> device, CodeRegistryOptions options = {});
   // Handles still alive keep the registry's state (and their blocks) until they go.
   ~CodeRegistry();
 
@@ -133,6 +133,9 @@ class CodeRegistry {
   // for a handle of another registry (left untouched).
   Status unregister(CodeHandle& handle);
 
+  // Refuses every later registration (kFailedPrecondition naming the image); handles
+  // already given out stay valid and free their blocks as usual.
+  void close();
   // Number of publications so far: 0 until the first upload, then +1 per upload.
   // Read it *after* the handles a run will use exist (see StreamSlots::begin).
   uint64_t publication_epoch() const;
@@ -140,6 +143,7 @@ class CodeRegistry {
   CodeRegistryStats stats() const;
 
   hal::Device& device() const;
+  const std::shared_ptr<hal::Device>& shared_device() const;
 
  private:
   std::shared_ptr<detail::RegistryState> state_;

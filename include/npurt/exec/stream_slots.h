@@ -109,6 +109,7 @@ struct SlotLease {
   uint64_t generation = 0;          // the slot's generation when begin() returned
   StreamHandle stream = kNoStream;  // the stream the run launches on
   bool fresh_stream = false;        // begin() created `stream` for this run
+  uint64_t epoch = 0;               // the publication epoch given to begin()
 };
 
 // A snapshot of one slot, for tests and traces.

@@ -9,8 +9,8 @@
 //   2. takes the slot under a lease {slot, generation} from StreamSlots, passing the
 //      registry's publication epoch: the slot's stream is reused only if no code was
 //      published since it was created, else replaced by a fresh stream;
-//   3. on a fresh stream, first launches an empty kernel on every core ("priming"),
-//      see below;
+//   3. on a fresh stream, first launches an empty kernel on every core ("priming",
+//      done by the StreamPool the slots' streams come from, see stream_pool.h);
 //   4. calls the run's callable on the submitting thread, which enqueues the run's
 //      commands while the previous run still executes on its own slot (that is the
 //      overlap depth >= 2 buys), then records the slot's completion event;
@@ -26,16 +26,6 @@
 // with that run; the last holder frees the block then. Register and unregister may
 // be called from any thread while runs are in flight.
 //
-// Priming. The simulated device (like the hardware it models) invalidates instruction
-// caches only at a fresh stream's first launch, and only for the cores that launch
-// uses. A fresh stream whose first launch has a small grid would leave other cores'
-// stale lines in place for its later, wider launches. The Worker therefore opens
-// every fresh stream with an empty kernel over all cores, so "fresh stream" means
-// "every core's cache invalidated after the latest publication", whatever grids the
-// run uses. The priming kernel is registered in the CodeRegistry like any image:
-// making a Worker publishes it unless another Worker on the registry keeps it
-// resident.
-//
 // Cross-slot ordering. Runs on different slots run on different streams and are not
 // ordered against each other. A run that touches memory the previous run also
 // touches must order itself, e.g. with RunContext::wait_for_previous_run() before the
@@ -48,8 +38,11 @@
 //
 // Threading. submit() is thread-safe (submissions are serialized; the callable runs
 // under that serialization, so it must not call back into the Worker). RunHandle is
-// thread-safe. The Worker must be destroyed before the CodeRegistry and the device;
-// its destructor waits for every submitted run to retire.
+// thread-safe.
+//
+// Lifetime. The Worker keeps its code registry and device alive. close() (and the
+// destructor) waits for every submitted run to retire, then destroys the slots'
+// streams; a run submitted afterwards fails at once, naming the worker.
 #pragma once
 
 #include <atomic>
@@ -64,8 +57,10 @@
 
 #include "npurt/base/status.h"
 #include "npurt/exec/code_registry.h"
+#include "npurt/exec/stream_pool.h"
 #include "npurt/exec/stream_slots.h"
 #include "npurt/hal/device.h"
+#include "npurt/hal/handles.h"
 
 namespace npurt::exec {
 
@@ -173,12 +168,14 @@ struct WorkerStats {
 
 class Worker {
  public:
-  // kInvalidArgument for bad options; device errors (creating events, registering the
-  // priming kernel) with context.
-  static StatusOr<std::unique_ptr<Worker>> make(hal::Device& device, CodeRegistry& registry,
+  // Runs on the registry's device. kInvalidArgument for bad options; device errors
+  // (creating events, registering the priming kernel) with context.
+  static StatusOr<std::unique_ptr<Worker>> make(std::shared_ptr<CodeRegistry> registry,
                                                 WorkerOptions options = {});
-  // Waits for every submitted run to retire, then destroys the slots' streams.
   ~Worker();
+  // Waits for every submitted run to retire, then destroys the slots' streams and
+  // events. Idempotent; must not be called from a run's callable.
+  void close();
 
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -195,13 +192,13 @@ class Worker {
   WorkerStats stats() const;
   const WorkerOptions& options() const { return options_; }
   // StreamSlots snapshot of one slot (tests, traces).
-  StatusOr<SlotState> slot_state(uint32_t slot) const { return slots_->slot_state(slot); }
+  StatusOr<SlotState> slot_state(uint32_t slot) const { return pool_->slot_state(slot); }
 
  private:
   friend class RunContext;
   struct Run;
 
-  Worker(hal::Device& device, CodeRegistry& registry, WorkerOptions options);
+  Worker(std::shared_ptr<CodeRegistry> registry, WorkerOptions options);
   Status init();
   void stage(Run& run, RunFn& fn);
   void progress_loop();
@@ -210,12 +207,11 @@ class Worker {
   Status check_lease(const SlotLease& lease) const;
 
   const uint64_t id_;  // process-wide serial number, names the trace lanes
-  hal::Device& device_;
-  CodeRegistry& registry_;
+  const std::shared_ptr<hal::Device> device_;
+  const std::shared_ptr<CodeRegistry> registry_;
   const WorkerOptions options_;
-  std::unique_ptr<StreamSlots> slots_;
-  std::vector<hal::EventId> slot_events_;  // one completion event per slot
-  CodeHandle prime_code_;
+  std::unique_ptr<StreamPool> pool_;
+  std::vector<hal::Event> slot_events_;  // one completion event per slot
 
   std::mutex submit_mu_;  // serializes submit(); held while a callable runs
   uint64_t next_run_id_ = 0;  // guarded by submit_mu_
@@ -227,7 +223,7 @@ class Worker {
   std::vector<uint8_t> slot_busy_;              // guarded by mu_
   uint64_t submitted_ = 0, retired_ = 0;        // guarded by mu_
   bool stopping_ = false;                       // guarded by mu_
-  WorkerStats stats_;                           // guarded by mu_ (runs_*, prime_launches)
+  WorkerStats stats_;                           // guarded by mu_ (runs_*)
   mutable std::atomic<uint64_t> stale_leases_rejected_{0};
   static constexpr uint64_t kNoRun = ~uint64_t{0};
   std::atomic<uint64_t> staging_run_{kNoRun};  // the run whose callable executes now

@@ -7,7 +7,7 @@
 //       /*inputs=*/{"x"}, /*outputs=*/{"y"},
 //       /*buffer_sizes (elements)=*/{{"x", 640}, {"w_gate", 2048 * 640}, ...},
 //       graph::Dispatch::kFused);
-//   StatusOr<std::unique_ptr<graph::CompiledSequence>> run = seq.compile(memory, registry);
+//   StatusOr<std::unique_ptr<graph::CompiledSequence>> run = seq.compile(runtime);
 //   np.copyto-style writes: (*run)->get_buffer("x")->data(), guards, ...
 //   Status s = (*run)->call({{"pos", 7}});
 //
@@ -53,8 +53,10 @@
 
 #include "npurt/base/status.h"
 #include "npurt/exec/code_registry.h"
+#include "npurt/exec/stream_pool.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/ops/operator.h"
+#include "npurt/runtime/runtime.h"
 
 namespace npurt::graph {
 
@@ -65,17 +67,18 @@ struct SequenceStep {
 
 enum class Dispatch : uint8_t { kFused, kSeparate };
 
-// A runtime scalar given per call; converted to the argument's declared type (i32 or
-// f32).
+// A runtime scalar given per call; converted to the argument's declared type: an f32
+// argument takes either kind, an integer one only an integer (a floating value is
+// refused by call(), enqueue() and run_reference() alike).
 using ScalarValue = std::variant<int64_t, double>;
 using Scalars = std::map<std::string, ScalarValue, std::less<>>;
 
 class CompiledSequence;
 
 struct CompileOptions {
-  // false is WRONG, for tests only: call() then creates its stream without the
-  // priming launch over every core, so cores its first launch does not use may run
-  // stale instruction lines of freed code at recycled addresses.
+  // false is WRONG, for tests only: call()'s fresh streams are not primed over every
+  // core, so cores their first launch does not use may run stale instruction lines
+  // of freed code at recycled addresses.
   bool prime_stream = true;
   // Buffers this sequence binds but does not own: name -> a view of another owner's
   // buffer in the same memory context (say, another sequence's weights and KV cache),
@@ -90,10 +93,9 @@ class OperatorSequence {
                    std::vector<std::string> outputs, std::map<std::string, uint64_t> buffer_sizes,
                    Dispatch dispatch = Dispatch::kFused);
 
-  // Lays out the arenas (allocating them in `memory`), compiles and publishes the code
-  // through `registry`. Both must outlive the result.
-  StatusOr<std::unique_ptr<CompiledSequence>> compile(MemoryContext& memory, exec::CodeRegistry& registry,
-                                                      CompileOptions options = {}) const;
+  // Lays out the arenas (allocating them in the runtime's memory context), compiles and
+  // publishes the code through its registry. The result keeps the runtime alive.
+  StatusOr<std::unique_ptr<CompiledSequence>> compile(Runtime& runtime, CompileOptions options = {}) const;
 
   const std::string& name() const { return name_; }
 
@@ -133,10 +135,10 @@ class CompiledSequence {
 
   // Uploads exactly the stale bytes of what the steps read, runs the steps, then
   // brings back exactly the output buffers (synchronous). `scalars` must give every
-  // scalar the steps bind. Runs on the sequence's own stream, created at the first
-  // call with a priming launch over every core (a fresh stream's first launch is what
-  // invalidates instruction caches); it is never replaced, since it runs only this
-  // sequence's code, which stays at its addresses while the sequence lives.
+  // scalar the steps bind. Runs on a stream of the sequence's own pool
+  // (exec/stream_pool.h): reused while no code was published, fresh and primed over
+  // every core otherwise, replaced after a failure. After the runtime closed, every
+  // call fails naming the sequence.
   Status call(const Scalars& scalars = {});
 
   // The asynchronous part of call(): the uploads and launches, enqueued on `stream`
@@ -168,21 +170,17 @@ class CompiledSequence {
     std::vector<KernelArgBinding> args;
   };
   CompiledSequence() = default;
-  Status ensure_stream();
   StatusOr<View> resolve(std::string_view binding) const;
   std::map<std::string, View, std::less<>> shared_;
-
-  MemoryContext* memory_ = nullptr;
-  exec::CodeRegistry* registry_ = nullptr;
+  std::shared_ptr<Runtime> runtime_;
+  std::shared_ptr<exec::StreamPool> streams_;  // call()'s streams
+  std::string name_;
   Dispatch dispatch_ = Dispatch::kFused;
   Buffer arenas_[3];
   std::vector<BufferPlacement> placements_;
   std::vector<CompiledKernel> kernels_;
   std::vector<exec::CodeHandle> code_;
   std::vector<std::string> outputs_;
-  exec::CodeHandle prime_;  // an empty kernel over every core, for fresh streams
-  bool prime_stream_ = true;
-  hal::StreamId stream_ = 0;  // call()'s stream: see ensure_stream()
 };
 
 }  // namespace npurt::graph

@@ -2,7 +2,8 @@
 //
 // Ownership: every object a Device hands out (memory blocks, streams, events) is
 // identified by a plain handle value and owned by the caller until it frees it; the
-// RAII wrappers in hal/handles.h do that automatically. Handles are never reused
+// owning handles in hal/handles.h do that automatically and keep the device (held as
+// a std::shared_ptr by everything that uses it) alive meanwhile. Handles are never reused
 // within a device's lifetime except device addresses, which the allocator recycles on
 // purpose (that is how real devices behave, and what the stale-instruction hazard is
 // about).

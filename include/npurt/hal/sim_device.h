@@ -32,7 +32,9 @@ struct SimOptions {
   bool sanitize = false;
 };
 
-// Validates the options (each bad field is named) and creates the device.
-StatusOr<std::unique_ptr<Device>> create_sim_device(const SimOptions& options = {});
+// Validates the options (each bad field is named) and creates the device. It is shared:
+// every object that uses it (hal/handles.h, the memory context, the code registry,
+// streams) keeps it alive.
+StatusOr<std::shared_ptr<Device>> create_sim_device(const SimOptions& options = {});
 
 }  // namespace npurt::hal

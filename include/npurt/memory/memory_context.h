@@ -36,7 +36,7 @@
 //
 // What "sync" means in time. to_device(), to_host(), read(), write() and
 // overwrite() are synchronous: when they return, the bytes have moved (they run on
-// the context's internal stream and block the calling thread, including on the
+// a transfer stream of the context's and block the calling thread, including on the
 // device work they must wait for). launch() is asynchronous: it enqueues the input
 // uploads, the waits and the launch on the caller's stream and returns. Its
 // uploads read a snapshot of the stale host bytes taken during the call, so the
@@ -62,10 +62,10 @@
 // other threads' calls on the same context). launch() may be called from any
 // thread with any stream, such as a Worker's run callable with its slot's stream.
 //
-// Lifetime: the context must be destroyed before the device; its destructor waits
-// for all device work it enqueued or depends on, frees every buffer's device memory
-// and destroys its stream and events. Buffers, views and guards may outlive it:
-// their calls then fail with kFailedPrecondition, and destroying them is safe.
+// Lifetime: the context and its buffers keep the device alive. The destructor waits
+// for all device work the context enqueued or depends on, frees every buffer's device
+// memory and destroys its streams and events. Buffers, views and guards may outlive
+// it: their calls then fail with kFailedPrecondition, and destroying them is safe.
 #pragma once
 
 #include <cstdint>
@@ -132,11 +132,13 @@ struct MemoryStats {
 
 class MemoryContext {
  public:
-  // Creates the context's internal stream on `device`, which must outlive the
-  // context.
-  static StatusOr<std::unique_ptr<MemoryContext>> create(hal::Device& device,
+  // A context on `device`, which it (and every buffer of it) keeps alive.
+  static StatusOr<std::unique_ptr<MemoryContext>> create(std::shared_ptr<hal::Device> device,
                                                          MemoryOptions options = {});
   ~MemoryContext();
+  // What the destructor does, now: later calls on the context and its buffers fail
+  // with kFailedPrecondition. Idempotent.
+  void close();
   MemoryContext(const MemoryContext&) = delete;
   MemoryContext& operator=(const MemoryContext&) = delete;
 

@@ -3,7 +3,8 @@
 // scalar, so one compiled sequence serves every token.
 //
 //   StatusOr<models::GgufFile> file = models::GgufFile::open(path);
-//   auto model = models::Gemma3Model::load(*file, memory, registry);
+//   auto runtime = Runtime::create_sim(*models::gemma3_sim_options(*file));
+//   auto model = models::Gemma3Model::load(*file, **runtime);
 //   StatusOr<int32_t> next = (*model)->step(token);  // greedy successor of `token`
 //
 // The sequence (gemma3_decode_step) binds buffers by GGUF tensor name, so each weight
@@ -28,7 +29,9 @@
 #include "npurt/base/status.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/graph/operator_sequence.h"
+#include "npurt/hal/sim_device.h"
 #include "npurt/memory/memory_context.h"
+#include "npurt/runtime/runtime.h"
 #include "npurt/models/gemma3_config.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/token_model.h"
@@ -67,12 +70,16 @@ class Gemma3Model final : public TokenModel {
   using Progress = std::function<void(uint64_t done, uint64_t total)>;
 
   // Validates the file, compiles the decode step, and copies every weight to the
-  // device (norm weights converted to f32). `memory` and `registry` must outlive the
-  // model; the file need not.
-  static StatusOr<std::unique_ptr<Gemma3Model>> load(const GgufFile& file, MemoryContext& memory,
-                                                     exec::CodeRegistry& registry,
+  // runtime's device (norm weights converted to f32). The model keeps the runtime
+  // alive; the file need not outlive it.
+  static StatusOr<std::unique_ptr<Gemma3Model>> load(const GgufFile& file, Runtime& runtime,
                                                      const Gemma3Options& options = {},
                                                      const Progress& progress = {});
+  // The same on a simulated NPU of its own with `cores` cores (gemma3_sim_options):
+  // what a program that only wants to decode needs.
+  static StatusOr<std::unique_ptr<Gemma3Model>> load_sim(const GgufFile& file, uint32_t cores = 8,
+                                                         const Gemma3Options& options = {},
+                                                         const Progress& progress = {});
 
   // Runs `token` at position() and returns the argmax of its logits.
   StatusOr<int32_t> step(int32_t token) override;
@@ -103,7 +110,7 @@ class Gemma3Model final : public TokenModel {
  private:
   Gemma3Model() = default;
 
-  MemoryContext* memory_ = nullptr;
+  std::shared_ptr<Runtime> runtime_;
   StatusOr<int32_t> prefill_chunk_call(std::span<const int32_t> tokens);
 
   std::unique_ptr<graph::CompiledSequence> seq_, prefill_;
@@ -117,23 +124,11 @@ class Gemma3Model final : public TokenModel {
   int32_t position_ = 0;
 };
 
-// A Gemma3Model on a simulated NPU of its own, sized for the file and the context:
-// what a program that only wants to decode needs. The device, its memory context and
-// code registry live exactly as long as the model.
-class SimGemma3 {
- public:
-  static StatusOr<std::unique_ptr<SimGemma3>> load(const GgufFile& file, uint32_t cores = 8,
-                                                   const Gemma3Options& options = {},
-                                                   const Gemma3Model::Progress& progress = {});
-  Gemma3Model& model() { return *model_; }
-
- private:
-  SimGemma3() = default;
-  // Destroyed bottom up: the model first, the device last.
-  std::unique_ptr<hal::Device> device_;
-  std::unique_ptr<MemoryContext> memory_;
-  std::unique_ptr<exec::CodeRegistry> registry_;
-  std::unique_ptr<Gemma3Model> model_;
-};
+// A simulated NPU for `file` with `cores` cores, its global memory sized for the
+// weights, the KV cache of the options' context and room for activations and code
+// (pages are reserved lazily, so the margin costs nothing): Runtime::create_sim's
+// options for a program that only wants to decode.
+StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores = 8,
+                                             const Gemma3Options& options = {});
 
 }  // namespace npurt::models

@@ -664,7 +664,7 @@ Status validate(const SimOptions& o) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Device>> create_sim_device(const SimOptions& options) {
+StatusOr<std::shared_ptr<Device>> create_sim_device(const SimOptions& options) {
   NPURT_RETURN_IF_ERROR(validate(options).with_context("simulated device options"));
   void* gm = mmap(nullptr, options.global_memory_bytes, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -682,7 +682,7 @@ StatusOr<std::unique_ptr<Device>> create_sim_device(const SimOptions& options) {
       return resource_exhausted("cannot reserve sanitizer shadow memory");
     }
   }
-  return std::unique_ptr<Device>(
+  return std::shared_ptr<Device>(
       new SimDevice(options, static_cast<uint8_t*>(gm), static_cast<uint64_t*>(shadow)));
 }
 

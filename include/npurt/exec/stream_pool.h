@@ -1,0 +1,99 @@
+// StreamPool: where every stream npurt enqueues on comes from.
+//
+// A Worker's pipeline slots, a compiled sequence's calls and a memory context's
+// transfers each take their stream from a pool. A pool has a fixed number of slots;
+// StreamSlots (stream_slots.h) decides when a slot's stream may be reused, and this
+// class does the rest in one place:
+//   * acquire() reads the code registry's publication epoch and takes the slot: its
+//     stream is reused only if no code was published since it was created and its
+//     last use ended clean; otherwise it is replaced by a fresh stream;
+//   * a fresh stream is primed first: one empty kernel ("npurt.prime", the same image
+//     for every pool, so a registry publishes it once) launched over every core. The
+//     simulated NPU, like the hardware it models, invalidates instruction caches only
+//     at a fresh stream's first launch and only on the cores that launch uses; priming
+//     makes "fresh stream" mean "every core's cache invalidated after the latest
+//     publication", whatever grids follow;
+//   * release() with any outcome but kComplete, or finish() on a stream in error,
+//     makes the slot's next acquire() replace the stream.
+// A pool without a registry is for streams that run no code (memory transfers): they
+// are neither primed nor replaced after publications, only after failures.
+//
+// Ownership: the pool keeps its device and registry alive. close() (or destruction)
+// destroys its streams after their queued work; acquire() afterwards fails naming the
+// pool. Thread-safe; slots are independent.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+
+#include "npurt/base/status.h"
+#include "npurt/exec/code_registry.h"
+#include "npurt/exec/stream_slots.h"
+#include "npurt/hal/device.h"
+
+namespace npurt::exec {
+
+struct StreamPoolOptions {
+  uint32_t slots = 1;  // in [1, StreamSlots::kMaxDepth]
+  // kPublicationAware is the correct rule; kNaiveLastImage is WRONG, for tests only.
+  ReusePolicy policy = ReusePolicy::kPublicationAware;
+  // false is WRONG, for tests only: fresh streams are not primed, which reopens the
+  // stale-instruction hazard for uses whose first launch does not cover every core.
+  bool prime_fresh_streams = true;
+};
+
+class StreamPool {
+ public:
+  // `name` says whose streams these are in errors ("worker 3", "sequence 'swiglu'").
+  // `registry` may be null (see above); otherwise it must be of `device`.
+  static StatusOr<std::unique_ptr<StreamPool>> make(std::string name,
+                                                    std::shared_ptr<hal::Device> device,
+                                                    std::shared_ptr<CodeRegistry> registry,
+                                                    StreamPoolOptions options = {});
+  ~StreamPool();
+  StreamPool(const StreamPool&) = delete;
+  StreamPool& operator=(const StreamPool&) = delete;
+
+  // Takes `slot` for one use and returns its lease; the stream is ready (primed when
+  // fresh). Call it after the code the use launches is registered, so the epoch read
+  // here covers it. `image_id` matters to ReusePolicy::kNaiveLastImage only.
+  StatusOr<SlotLease> acquire(uint32_t slot = 0, uint64_t image_id = 0);
+  // Ends the use (see StreamSlots::retire).
+  Status release(const SlotLease& lease, RunOutcome outcome);
+  // Records that the lease's work was seen complete (StreamSlots::mark_polled_complete).
+  Status observe_complete(const SlotLease& lease);
+  // Waits for the lease's stream, then releases it: kComplete if the stream finished
+  // clean, kFailed otherwise. Returns the stream's status.
+  Status finish(const SlotLease& lease);
+
+  // Destroys every stream; later acquires fail. Idempotent.
+  void close();
+
+  const std::string& name() const { return name_; }
+  hal::Device& device() const { return *device_; }
+  uint32_t slot_count() const { return options_.slots; }
+  // StreamSlots' snapshot of one slot, and its counters (as of close() once closed).
+  StatusOr<SlotState> slot_state(uint32_t slot) const;
+  StreamSlotStats stats() const;
+  uint64_t prime_launches() const { return prime_launches_.load(std::memory_order_relaxed); }
+
+ private:
+  StreamPool(std::string name, std::shared_ptr<hal::Device> device,
+             std::shared_ptr<CodeRegistry> registry, StreamPoolOptions options);
+
+  const std::string name_;
+  const std::shared_ptr<hal::Device> device_;
+  const std::shared_ptr<CodeRegistry> registry_;
+  const StreamPoolOptions options_;
+  std::unique_ptr<StreamSlots> slots_;
+  CodeHandle prime_;  // held while the pool lives
+  mutable std::shared_mutex mu_;  // shared: a use of the slots; exclusive: close()
+  bool closed_ = false;   // guarded by mu_
+  StreamSlotStats final_stats_;  // guarded by mu_: the counters when closed
+  std::atomic<uint64_t> prime_launches_{0};
+};
+
+}  // namespace npurt::exec

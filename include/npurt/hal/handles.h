@@ -1,0 +1,119 @@
+// Owning handles for what a Device hands out: a global-memory block, a stream, an
+// event. Each keeps its device alive (the device is shared) and gives its object back
+// when it goes, so no handle has to be destroyed before anything else.
+//
+// Move-only. A moved-from or default-constructed handle is empty and releases nothing.
+// release() gives the object back now and returns the device's answer (a destructor
+// can only drop it); afterwards the handle is empty.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "npurt/base/status.h"
+#include "npurt/hal/device.h"
+
+namespace npurt::hal {
+
+namespace handles_detail {
+
+// The common part: a device and one id, released by Release::apply.
+template <typename Release>
+class Owned {
+ public:
+  Owned() = default;
+  Owned(std::shared_ptr<Device> device, uint64_t id) : device_(std::move(device)), id_(id) {}
+  ~Owned() { release().ignore(); }
+  Owned(Owned&& other) noexcept
+      : device_(std::move(other.device_)), id_(std::exchange(other.id_, 0)) {}
+  Owned& operator=(Owned&& other) noexcept {
+    if (this != &other) {
+      release().ignore();
+      device_ = std::move(other.device_);
+      id_ = std::exchange(other.id_, 0);
+    }
+    return *this;
+  }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+
+  bool valid() const { return id_ != 0; }
+  explicit operator bool() const { return valid(); }
+  Device& device() const { return *device_; }
+  const std::shared_ptr<Device>& shared_device() const { return device_; }
+
+  Status release() {
+    if (id_ == 0) return ok_status();
+    Status s = Release::apply(*device_, std::exchange(id_, 0));
+    device_.reset();
+    return s;
+  }
+
+ protected:
+  uint64_t id() const { return id_; }
+
+ private:
+  std::shared_ptr<Device> device_;
+  uint64_t id_ = 0;
+};
+
+struct FreeBlock {
+  static Status apply(Device& d, uint64_t addr) { return d.free(addr); }
+};
+struct DestroyStream {
+  static Status apply(Device& d, uint64_t id) { return d.destroy_stream(id); }
+};
+struct DestroyEvent {
+  static Status apply(Device& d, uint64_t id) { return d.destroy_event(id); }
+};
+
+}  // namespace handles_detail
+
+// A block of global memory, freed when the handle goes.
+class DeviceBlock : public handles_detail::Owned<handles_detail::FreeBlock> {
+ public:
+  DeviceBlock() = default;
+  static StatusOr<DeviceBlock> allocate(std::shared_ptr<Device> device, uint64_t bytes,
+                                        uint64_t alignment = 256) {
+    NPURT_ASSIGN_OR_RETURN(DeviceAddr addr, device->allocate(bytes, alignment));
+    return DeviceBlock(std::move(device), addr, bytes);
+  }
+  DeviceAddr addr() const { return id(); }
+  uint64_t bytes() const { return valid() ? bytes_ : 0; }
+
+ private:
+  DeviceBlock(std::shared_ptr<Device> device, DeviceAddr addr, uint64_t bytes)
+      : Owned(std::move(device), addr), bytes_(bytes) {}
+  uint64_t bytes_ = 0;
+};
+
+// A stream, destroyed (after its queued commands) when the handle goes.
+class Stream : public handles_detail::Owned<handles_detail::DestroyStream> {
+ public:
+  Stream() = default;
+  static StatusOr<Stream> create(std::shared_ptr<Device> device) {
+    NPURT_ASSIGN_OR_RETURN(StreamId id, device->create_stream());
+    return Stream(std::move(device), id);
+  }
+  StreamId id() const { return Owned::id(); }
+
+ private:
+  Stream(std::shared_ptr<Device> device, StreamId id) : Owned(std::move(device), id) {}
+};
+
+// An event, destroyed when the handle goes.
+class Event : public handles_detail::Owned<handles_detail::DestroyEvent> {
+ public:
+  Event() = default;
+  static StatusOr<Event> create(std::shared_ptr<Device> device) {
+    NPURT_ASSIGN_OR_RETURN(EventId id, device->create_event());
+    return Event(std::move(device), id);
+  }
+  EventId id() const { return Owned::id(); }
+
+ private:
+  Event(std::shared_ptr<Device> device, EventId id) : Owned(std::move(device), id) {}
+};
+
+}  // namespace npurt::hal

@@ -1,0 +1,203 @@
+// One owner for every device resource: objects made from a Runtime die in any order,
+// fail by name once it is closed, and take their streams from one path that
+// publishes one priming kernel and replaces streams only after a publication.
+#include "npurt/runtime/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "npurt/graph/operator_sequence.h"
+#include "npurt/isa/builder.h"
+#include "npurt/ops/elementwise.h"
+
+namespace npurt {
+namespace {
+
+constexpr uint64_t kN = 512;
+
+graph::OperatorSequence add_sequence(const std::string& name, ops::ElementwiseKind kind = ops::ElementwiseKind::kAdd) {
+  auto op = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = kind, .n = kN});
+  return graph::OperatorSequence(name, {{op, {"a", "b", "out"}}}, {"a", "b"}, {"out"},
+                                 {{"a", kN}, {"b", kN}, {"out", kN}});
+}
+
+template <typename T>
+T must(StatusOr<T> v) {
+  if (!v.ok()) {
+    ADD_FAILURE() << v.status().to_string();
+    std::abort();
+  }
+  return std::move(v).value();
+}
+
+void fill(graph::CompiledSequence& seq, const std::string& name, float value) {
+  View v = must(seq.get_buffer(name));
+  std::fill_n(reinterpret_cast<float*>(v.data()), kN, value);
+}
+
+std::shared_ptr<Runtime> small_runtime() {
+  return must(Runtime::create_sim({.num_cores = 4, .global_memory_bytes = 64ull << 20}));
+}
+
+bool contains(const Status& s, const std::string& text) {
+  return s.message().find(text) != std::string::npos;
+}
+
+// Everything a program holds at once: a runtime, a buffer's view, a compiled sequence,
+// a worker with a run still in flight, a code handle and a read guard.
+struct Objects {
+  std::shared_ptr<Runtime> runtime;
+  Buffer buffer;
+  View view;
+  std::unique_ptr<graph::CompiledSequence> seq;
+  std::shared_ptr<exec::Worker> worker;
+  exec::CodeHandle code;
+  std::optional<ReadGuard> guard;
+  exec::RunHandle run;
+
+  Objects() {
+    runtime = small_runtime();
+    buffer = must(runtime->memory().create_buffer(4096, {.name = "survivor"}));
+    view = buffer.view();
+    seq = must(add_sequence("add").compile(*runtime));
+    fill(*seq, "a", 1.f);
+    fill(*seq, "b", 2.f);
+    worker = must(runtime->make_worker());
+    code = seq->code_handles().front();
+    guard.emplace(must(runtime->memory().read(must(seq->get_buffer("b")))));
+    graph::CompiledSequence* s = seq.get();
+    run = worker->submit([s](exec::RunContext& ctx) { return s->enqueue(ctx.stream()); }, s->code_handles());
+  }
+
+  // Drops object i (0 .. kCount-1).
+  void drop(int i) {
+    switch (i) {
+      case 0: runtime.reset(); break;
+      case 1: view = View(), buffer = Buffer(); break;
+      case 2: seq.reset(); break;
+      case 3: worker.reset(); break;
+      case 4: code.reset(); break;
+      case 5: guard.reset(); break;
+    }
+  }
+  static constexpr int kCount = 6;
+};
+
+TEST(Runtime, ObjectsMayBeDestroyedInEveryOrder) {
+  std::array<int, Objects::kCount> order;
+  std::iota(order.begin(), order.end(), 0);
+  int orders = 0;
+  do {
+    Objects o;
+    for (int i : order) o.drop(i);
+    ++orders;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(orders, 720);
+}
+
+TEST(Runtime, ObjectsMayBeDestroyedInEveryOrderAfterClose) {
+  std::array<int, Objects::kCount> order;
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::shuffle(order.begin(), order.end(), rng);
+    Objects o;
+    o.runtime->close();
+    for (int i : order) o.drop(i);
+  }
+}
+
+TEST(Runtime, TheRunInFlightFinishesWhenItsOwnersGo) {
+  Objects o;
+  exec::RunHandle run = o.run;
+  o.runtime.reset();
+  o.worker.reset();  // the worker's close waits for the run
+  EXPECT_TRUE(run.done());
+  EXPECT_TRUE(run.wait().ok()) << run.wait().to_string();
+}
+
+TEST(Runtime, EveryObjectFailsByNameAfterClose) {
+  Objects o;
+  ASSERT_TRUE(o.run.wait().ok()) << o.run.wait().to_string();
+  o.guard.reset();
+  o.runtime->close();
+  EXPECT_TRUE(o.runtime->closed());
+
+  Status call = o.seq->call();
+  EXPECT_EQ(call.code(), StatusCode::kFailedPrecondition) << call.to_string();
+  EXPECT_TRUE(contains(call, "sequence 'add'") && contains(call, "closed")) << call.to_string();
+
+  Status run = o.worker->submit([](exec::RunContext&) { return Status(); }, {}).wait();
+  EXPECT_EQ(run.code(), StatusCode::kFailedPrecondition) << run.to_string();
+  EXPECT_TRUE(contains(run, "worker") && contains(run, "is closed")) << run.to_string();
+
+  Status read = o.runtime->memory().read(o.view).status();
+  EXPECT_EQ(read.code(), StatusCode::kFailedPrecondition) << read.to_string();
+  EXPECT_TRUE(contains(read, "memory context is closed")) << read.to_string();
+
+  isa::KernelBuilder b("late");
+  b.exit();
+  Status registered = o.runtime->registry().register_image(must(b.build())).status();
+  EXPECT_TRUE(contains(registered, "register_image 'late': the code registry is closed")) << registered.to_string();
+
+  Status worker = o.runtime->make_worker().status();
+  EXPECT_TRUE(contains(worker, "make_worker: its runtime is closed")) << worker.to_string();
+  Status compiled = add_sequence("late").compile(*o.runtime).status();
+  EXPECT_TRUE(contains(compiled, "compiling sequence 'late': its runtime is closed")) << compiled.to_string();
+}
+
+// A sequence, a second sequence and a worker on one runtime: the priming kernel is
+// one image, so it is published once; the sequence's stream is reused call after
+// call and replaced (fresh, primed) only after code was published.
+TEST(Runtime, OnePrimingKernelAndStreamsReplacedOnlyAfterAPublication) {
+  std::shared_ptr<Runtime> rt = small_runtime();
+  auto seq = must(add_sequence("add").compile(*rt));
+  fill(*seq, "a", 1.f);
+  fill(*seq, "b", 2.f);
+  const uint64_t kernels = seq->code_handles().size();
+  EXPECT_EQ(rt->registry().stats().publications, kernels + 1) << "the sequence's kernels and one prime";
+  auto worker = must(rt->make_worker());
+  EXPECT_EQ(rt->registry().stats().publications, kernels + 1) << "the worker found the prime resident";
+
+  const hal::Counters c0 = rt->device().counters();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(seq->call().ok());
+  const hal::Counters c1 = rt->device().counters() - c0;
+  EXPECT_EQ(c1.streams_created, 2u) << "the sequence's stream, reused by the later calls, and the memory "
+                                       "context's transfer stream";
+  EXPECT_EQ(c1.launches, 3u + 1u) << "three calls and one priming launch";
+
+  auto other = must(add_sequence("mul", ops::ElementwiseKind::kMul).compile(*rt));  // a publication
+  EXPECT_EQ(rt->registry().stats().publications, kernels + 2);
+  const hal::Counters c2 = rt->device().counters();
+  ASSERT_TRUE(seq->call().ok());
+  ASSERT_TRUE(seq->call().ok());
+  const hal::Counters c3 = rt->device().counters() - c2;
+  EXPECT_EQ(c3.streams_created, 1u) << "the sequence's stale stream is replaced once; the transfer stream "
+                                       "runs no code and stays";
+  EXPECT_EQ(c3.launches, 2u + 1u);
+
+  // The worker's streams follow the same rule: the first run gets a fresh, primed one.
+  const hal::Counters c4 = rt->device().counters();
+  graph::CompiledSequence* s = seq.get();
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(worker->submit([s](exec::RunContext& ctx) { return s->enqueue(ctx.stream()); }, s->code_handles())
+                    .wait()
+                    .ok());
+  }
+  const hal::Counters c5 = rt->device().counters() - c4;
+  EXPECT_EQ(c5.streams_created, 2u) << "one per slot (depth 2)";
+  EXPECT_EQ(worker->stats().prime_launches, 2u);
+  View out = must(seq->get_buffer("out"));
+  ReadGuard g = must(rt->memory().read(out));
+  for (float v : g.as<float>()) ASSERT_EQ(v, 3.f);
+}
+
+}  // namespace
+}  // namespace npurt
