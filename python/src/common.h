@@ -1,15 +1,13 @@
 // Shared pieces of the npurt Python extension: the device state every Python object
 // holds, status -> exception conversion, dtype handling and numpy views of mirrors.
 //
-// Lifetimes. A Python Device owns a DeviceState through a shared_ptr; every object
-// created from it (buffers, views, sequences, workers, arrays through their owners)
-// holds the same shared_ptr, so the simulated device, its MemoryContext and its
-// CodeRegistry live as long as anything uses them. Objects that hold device
-// resources (a Buffer's allocation, a compiled sequence's code and stream, a Worker)
-// register a Resource with the state; Device.close() releases them in a safe order
-// (workers, then sequences, then buffers), then destroys the context, the registry
-// and the device. Afterwards every operation reports "device is closed"; memory that
-// numpy arrays point into (host mirrors) stays mapped until the last view goes.
+// Lifetimes. A Python Device owns a DeviceState, which owns an npurt::Runtime (the
+// simulated device, its memory context, code registry and streams). Every object
+// created from it holds the same DeviceState, and the C++ objects behind them keep
+// what they use alive themselves, so Python objects may go in any order.
+// Device.close() closes the runtime: workers drain, streams go, every buffer is freed.
+// Afterwards every operation reports "device is closed"; memory that numpy arrays
+// point into (host mirrors) stays mapped until the last view goes.
 //
 // Locking and the GIL. DeviceState::mu is taken shared by every operation and
 // exclusively by close(). It is only ever taken with the GIL released (device_call),
@@ -28,10 +26,9 @@
 #include <vector>
 
 #include "npurt/base/status.h"
-#include "npurt/exec/code_registry.h"
-#include "npurt/hal/device.h"
 #include "npurt/isa/isa.h"
 #include "npurt/memory/memory_context.h"
+#include "npurt/runtime/runtime.h"
 
 namespace npurt::python {
 
@@ -65,34 +62,13 @@ inline std::string py_str(nb::handle obj) {
 
 // ---- device state -----------------------------------------------------------------
 
-// Something that holds device resources and must drop them before the device goes.
-class Resource {
- public:
-  enum Rank : int { kWorker = 0, kSequence = 1, kBuffer = 2 };
-  explicit Resource(Rank rank) : rank_(rank) {}
-  virtual ~Resource() = default;
-  Rank rank() const { return rank_; }
-  // Drops every device-bound object; idempotent. Called with the state's lock held
-  // (exclusively from close(), shared from a destructor) and the GIL released.
-  virtual void release() = 0;
-
- private:
-  Rank rank_;
-};
-
 struct DeviceState {
   std::shared_mutex mu;  // shared: any use; exclusive: close()
   bool closed = false;   // guarded by mu
-  std::shared_ptr<hal::Device> device;
-  std::unique_ptr<MemoryContext> memory;
-  std::unique_ptr<exec::CodeRegistry> registry;
+  std::shared_ptr<Runtime> runtime;
 
-  std::mutex resources_mu;
-  std::vector<std::weak_ptr<Resource>> resources;  // guarded by resources_mu
-
-  void add(const std::shared_ptr<Resource>& r);
-  // Releases every resource, then the context, the registry and the device. Must be
-  // called with the GIL released. Idempotent.
+  MemoryContext& memory() const { return runtime->memory(); }
+  // Closes the runtime. Must be called with the GIL released. Idempotent.
   void close();
   ~DeviceState();
 };
@@ -122,9 +98,6 @@ void without_gil(F&& f) {
     f();
   }
 }
-
-// Drops a resource from a destructor: under the state's shared lock, GIL released.
-void release_resource(DeviceState& st, Resource& r);
 
 // ---- dtypes -------------------------------------------------------------------------
 

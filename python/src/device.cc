@@ -22,33 +22,11 @@ namespace npurt::python {
 
 Status closed_error() { return failed_precondition("device is closed"); }
 
-void DeviceState::add(const std::shared_ptr<Resource>& r) {
-  std::lock_guard<std::mutex> lock(resources_mu);
-  // Forget resources that are gone, so a long-lived device does not accumulate them.
-  std::erase_if(resources, [](const std::weak_ptr<Resource>& w) { return w.expired(); });
-  resources.push_back(r);
-}
-
 void DeviceState::close() {
   std::unique_lock<std::shared_mutex> lock(mu);
   if (closed) return;
   closed = true;
-  std::vector<std::shared_ptr<Resource>> live;
-  {
-    std::lock_guard<std::mutex> rl(resources_mu);
-    for (const std::weak_ptr<Resource>& w : resources) {
-      if (auto r = w.lock()) live.push_back(std::move(r));
-    }
-    resources.clear();
-  }
-  // Workers wait for their runs; sequences drop code and streams; buffers free.
-  std::stable_sort(live.begin(), live.end(),
-                   [](const auto& a, const auto& b) { return a->rank() < b->rank(); });
-  for (const auto& r : live) r->release();
-  memory.reset();    // waits for all device work it knows of
-  registry.reset();  // handles left in released objects are gone already
-  device.reset();
-  // `live` drops here; the resources' destructors see released state and do nothing.
+  if (runtime) runtime->close();  // workers drain, streams go, buffers are freed
 }
 
 DeviceState::~DeviceState() {
@@ -89,13 +67,6 @@ void close_all_devices() {
 }
 
 }  // namespace
-
-void release_resource(DeviceState& st, Resource& r) {
-  without_gil([&] {
-    std::shared_lock<std::shared_mutex> lock(st.mu);
-    if (!st.closed) r.release();
-  });
-}
 
 // ---- dtypes ----------------------------------------------------------------------------
 
@@ -245,14 +216,16 @@ nb::tuple shape_tuple(const std::vector<size_t>& shape) {
 // ---- Buffer and View -------------------------------------------------------------------
 
 BufferResource::BufferResource(std::shared_ptr<DeviceState> st, Buffer b)
-    : Resource(kBuffer), state(std::move(st)), buffer(std::move(b)) {}
+    : state(std::move(st)), buffer(std::move(b)) {}
 
 void BufferResource::release() {
   std::lock_guard<std::mutex> lock(mu_);
   if (buffer.valid()) buffer.free().ignore();
 }
 
-BufferResource::~BufferResource() { release_resource(*state, *this); }
+BufferResource::~BufferResource() {
+  without_gil([&] { release(); });
+}
 
 namespace {
 
@@ -355,7 +328,7 @@ void write_array(PyView& v, nb::handle array) {
   }
   nb::bytes raw = nb::cast<nb::bytes>(np.attr("ascontiguousarray")(arr).attr("tobytes")());
   device_call(*v.state, [&]() -> Status {
-    auto guard = v.state->memory->overwrite(v.view);
+    auto guard = v.state->memory().overwrite(v.view);
     if (!guard.ok()) return guard.status();
     std::memcpy(guard->bytes().data(), raw.c_str(), guard->bytes().size());
     guard->release();
@@ -391,20 +364,13 @@ void bind_device(nb::module_& m) {
             Status s;
             {
               nb::gil_scoped_release release;
-              auto dev = hal::create_sim_device(o);
-              if (!dev.ok()) {
-                s = dev.status();
+              auto rt = Runtime::create_sim(o);
+              if (rt.ok()) {
+                st->runtime = *std::move(rt);
               } else {
-                st->device = std::move(dev).value();
-                auto mem = MemoryContext::create(*st->device);
-                if (!mem.ok()) {
-                  s = mem.status();
-                } else {
-                  st->memory = std::move(mem).value();
-                  st->registry = std::make_unique<exec::CodeRegistry>(*st->device);
-                }
+                s = rt.status();
+                st->closed = true;
               }
-              if (!s.ok()) st->close();
             }
             check(s);
             remember_device(st);
@@ -418,7 +384,7 @@ void bind_device(nb::module_& m) {
           [](PyDevice& d) {
             hal::DeviceInfo info;
             device_call(*d.state, [&] {
-              info = d.state->device->info();
+              info = d.state->runtime->device().info();
               return Status();
             });
             nb::dict r;
@@ -437,7 +403,7 @@ void bind_device(nb::module_& m) {
           [](PyDevice& d) {
             hal::Counters c;
             device_call(*d.state, [&] {
-              c = d.state->device->counters();
+              c = d.state->runtime->device().counters();
               return Status();
             });
             return counters_dict(c);
@@ -449,7 +415,7 @@ void bind_device(nb::module_& m) {
           [](PyDevice& d) {
             MemoryStats s;
             device_call(*d.state, [&] {
-              s = d.state->memory->stats();
+              s = d.state->memory().stats();
               return Status();
             });
             return memory_stats_dict(s);
@@ -457,7 +423,7 @@ void bind_device(nb::module_& m) {
           "The memory context's statistics: bytes moved and why, fences, waits, tracked "
           "pages collected.")
       .def(
-          "synchronize", [](PyDevice& d) { device_call(*d.state, [&] { return d.state->memory->synchronize(); }); },
+          "synchronize", [](PyDevice& d) { device_call(*d.state, [&] { return d.state->memory().synchronize(); }); },
           "Waits (without the GIL) for all device work; raises the first failure.")
       .def(
           "buffer",
@@ -476,13 +442,12 @@ void bind_device(nb::module_& m) {
             o.mechanism = parse_tracking(tracking);
             std::optional<Buffer> created;
             device_call(*d.state, [&]() -> Status {
-              auto b = d.state->memory->create_buffer(bytes, o);
+              auto b = d.state->memory().create_buffer(bytes, o);
               if (!b.ok()) return b.status();
               created.emplace(std::move(b).value());
               return Status();
             });
             auto res = std::make_shared<BufferResource>(d.state, std::move(*created));
-            d.state->add(res);
             PyBuffer b;
             b.whole.state = d.state;
             b.whole.view = res->buffer.view();
@@ -550,10 +515,10 @@ void bind_device(nb::module_& m) {
            "Copies `array` (the view's dtype, as many elements; any shape) into the view. "
            "DTypeError for another dtype, InvalidArgumentError for another size.")
       .def(
-          "to_device", [](PyView& v) { device_call(*v.state, [&] { return v.state->memory->to_device(v.view); }); },
+          "to_device", [](PyView& v) { device_call(*v.state, [&] { return v.state->memory().to_device(v.view); }); },
           "Uploads the view's host-newer bytes now (calls do this by themselves).")
       .def(
-          "to_host", [](PyView& v) { device_call(*v.state, [&] { return v.state->memory->to_host(v.view); }); },
+          "to_host", [](PyView& v) { device_call(*v.state, [&] { return v.state->memory().to_host(v.view); }); },
           "Downloads the view's device-newer bytes now (.data does this by itself).")
       .def("__repr__", [](PyView& v) {
         return "<npurt.View '" + v.name + "' " + std::string(isa::dtype_name(v.dtype)) + " [" +
@@ -591,11 +556,11 @@ void bind_device(nb::module_& m) {
            "Copies `array` (same dtype and element count) into the buffer; see View.write.")
       .def(
           "to_device",
-          [](PyBuffer& b) { device_call(*b.whole.state, [&] { return b.whole.state->memory->to_device(b.whole.view); }); },
+          [](PyBuffer& b) { device_call(*b.whole.state, [&] { return b.whole.state->memory().to_device(b.whole.view); }); },
           "Uploads the buffer's host-newer bytes now.")
       .def(
           "to_host",
-          [](PyBuffer& b) { device_call(*b.whole.state, [&] { return b.whole.state->memory->to_host(b.whole.view); }); },
+          [](PyBuffer& b) { device_call(*b.whole.state, [&] { return b.whole.state->memory().to_host(b.whole.view); }); },
           "Downloads the buffer's device-newer bytes now.")
       .def(
           "free",
@@ -617,7 +582,7 @@ nb::object PyView::data_of(nb::handle owner, PyView& v) {
   // Device-newer bytes of the view come back first (nothing moves when the host is
   // current, e.g. right after a sequence call, which already brought back its
   // outputs); raw writes made so far are recorded on the way.
-  device_call(*v.state, [&] { return v.state->memory->to_host(v.view); });
+  device_call(*v.state, [&] { return v.state->memory().to_host(v.view); });
   return mirror_array(v.view.data(), v.view.size(), v.dtype, v.shape, owner);
 }
 

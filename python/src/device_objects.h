@@ -18,11 +18,11 @@ struct PyDevice {
 
 // A Buffer's device allocation, released by Device.close(), Buffer.free() or when
 // the last Python object using it goes.
-class BufferResource final : public Resource {
+class BufferResource {
  public:
   BufferResource(std::shared_ptr<DeviceState> state, Buffer buffer);
-  ~BufferResource() override;
-  void release() override;
+  ~BufferResource();
+  void release();
 
   const std::shared_ptr<DeviceState> state;
   Buffer buffer;  // free() guarded by mu_

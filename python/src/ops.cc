@@ -82,7 +82,7 @@ ops::Target target_for(std::optional<nb::handle> device, std::optional<uint32_t>
   if (device && !device->is_none()) {
     PyDevice& d = nb::cast<PyDevice&>(*device);
     device_call(*d.state, [&] {
-      t = ops::Target::of(d.state->device->info());
+      t = ops::Target::of(d.state->runtime->device().info());
       return Status();
     });
   }

@@ -23,14 +23,12 @@ namespace {
 
 using namespace nb::literals;
 
-// A compiled sequence's arenas, code and stream; released before the device goes.
-class SequenceResource final : public Resource {
+// A compiled sequence (its arenas, code and streams).
+class SequenceResource {
  public:
-  explicit SequenceResource(std::shared_ptr<DeviceState> st) : Resource(kSequence), state(std::move(st)) {}
-  ~SequenceResource() override { release_resource(*state, *this); }
-  void release() override {
-    std::lock_guard<std::mutex> lock(call_mu);
-    seq.reset();
+  explicit SequenceResource(std::shared_ptr<DeviceState> st) : state(std::move(st)) {}
+  ~SequenceResource() {
+    without_gil([&] { seq.reset(); });
   }
 
   const std::shared_ptr<DeviceState> state;
@@ -48,12 +46,14 @@ struct PySequence {
   std::vector<graph::BufferPlacement> placements;
 };
 
-class WorkerResource final : public Resource {
+class WorkerResource {
  public:
-  explicit WorkerResource(std::shared_ptr<DeviceState> st) : Resource(kWorker), state(std::move(st)) {}
-  ~WorkerResource() override { release_resource(*state, *this); }
+  explicit WorkerResource(std::shared_ptr<DeviceState> st) : state(std::move(st)) {}
+  ~WorkerResource() {
+    without_gil([&] { release(); });
+  }
   // Waits for every submitted run to retire (called with the GIL released).
-  void release() override {
+  void release() {
     std::unique_lock<std::shared_mutex> lock(mu);
     worker.reset();
   }
@@ -67,7 +67,7 @@ class WorkerResource final : public Resource {
 
   const std::shared_ptr<DeviceState> state;
   std::shared_mutex mu;  // shared: submit, drain, stats; exclusive: release
-  std::unique_ptr<exec::Worker> worker;
+  std::shared_ptr<exec::Worker> worker;
 };
 
 struct PyWorker {
@@ -285,12 +285,11 @@ void bind_sequence(nb::module_& m) {
                                                                        : graph::Dispatch::kSeparate);
             auto res = std::make_shared<SequenceResource>(d.state);
             device_call(*d.state, [&]() -> Status {
-              auto compiled = def->compile(*d.state->memory, *d.state->registry);
+              auto compiled = def->compile(*d.state->runtime);
               if (!compiled.ok()) return compiled.status();
               res->seq = std::move(compiled).value();
               return Status();
             });
-            d.state->add(res);
             std::vector<graph::BufferPlacement> placements = res->seq->placements();
             new (self) PySequence{std::move(res), std::move(def), name, std::move(inputs), std::move(outputs),
                                   std::move(shapes), std::move(placements)};
@@ -393,12 +392,11 @@ void bind_sequence(nb::module_& m) {
             o.depth = depth;
             o.stream_per_run = stream_per_run;
             device_call(*d.state, [&]() -> Status {
-              auto w = exec::Worker::make(*d.state->device, *d.state->registry, o);
+              auto w = d.state->runtime->make_worker(o);
               if (!w.ok()) return w.status();
               res->worker = std::move(w).value();
               return Status();
             });
-            d.state->add(res);
             new (self) PyWorker{std::move(res)};
           },
           "device"_a, "depth"_a = exec::StreamSlots::kDefaultDepth, "stream_per_run"_a = false,

@@ -1,6 +1,7 @@
 #include "npurt/models/gemma3_model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -65,6 +66,30 @@ class StepList {
   std::map<std::string, uint64_t> sizes_;
 };
 
+// The attention operators need key and value heads of one width.
+Status check_head_dims(const Gemma3Config& c) {
+  if (c.value_dim == c.head_dim) return Status();
+  return invalid_argument("gemma3: value_length " + std::to_string(c.value_dim) + " differs from key_length " +
+                          std::to_string(c.head_dim) + "; the attention operators need them equal");
+}
+
+// A step's activations for `rows` tokens (the prefill chunk names them in capitals),
+// its logits and its next token.
+void size_activations(StepList& s, const Gemma3Config& c, uint64_t rows, bool capitals) {
+  const uint64_t hidden = c.hidden, ffn = c.ffn, q_dim = static_cast<uint64_t>(c.n_heads) * c.head_dim,
+                 kv_dim = static_cast<uint64_t>(c.n_kv_heads) * c.head_dim;
+  const std::pair<const char*, uint64_t> widths[] = {{"h", hidden}, {"x", hidden}, {"a", hidden}, {"f", hidden},
+                                                     {"q", q_dim},  {"attn", q_dim}, {"k", kv_dim}, {"v", kv_dim},
+                                                     {"g", ffn},    {"u", ffn}};
+  for (const auto& [lower, width] : widths) {
+    std::string name = lower;
+    if (capitals) std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::toupper(ch); });
+    s.size(name, rows * width);
+  }
+  s.size("logits", static_cast<uint64_t>(c.vocab));
+  s.size("next", 1);
+}
+
 std::shared_ptr<ops::Gemv> gemv(uint64_t m, uint64_t k, DType weight) {
   return std::make_shared<ops::Gemv>(ops::GemvParams{.m = m, .k = k, .weight = weight});
 }
@@ -107,25 +132,13 @@ StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, 
 
 StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const Gemma3Config& c,
                                                      const Gemma3Options& o) {
-  if (c.value_dim != c.head_dim) {
-    return invalid_argument("gemma3: value_length " + std::to_string(c.value_dim) +
-                                                    " differs from key_length " + std::to_string(c.head_dim) +
-                                                    "; the attention operator needs them equal");
-  }
+  NPURT_RETURN_IF_ERROR(check_head_dims(c));
   const uint32_t ctx = context_of(c, o);
   const uint64_t hidden = c.hidden, ffn = c.ffn, hd = c.head_dim;
   const uint64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
   const uint32_t dim = static_cast<uint32_t>(hidden);
   StepList s;
-  for (const char* n : {"h", "x", "a", "f"}) s.size(n, hidden);
-  s.size("q", q_dim);
-  s.size("attn", q_dim);
-  s.size("k", kv_dim);
-  s.size("v", kv_dim);
-  s.size("g", ffn);
-  s.size("u", ffn);
-  s.size("logits", static_cast<uint64_t>(c.vocab));
-  s.size("next", 1);
+  size_activations(s, c, 1, /*capitals=*/false);
 
   auto matvec = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
@@ -205,10 +218,7 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
 
 StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& c,
                                                        const Gemma3Options& o) {
-  if (c.value_dim != c.head_dim) {
-    return invalid_argument("gemma3: value_length " + std::to_string(c.value_dim) +
-                                                    " differs from key_length " + std::to_string(c.head_dim));
-  }
+  NPURT_RETURN_IF_ERROR(check_head_dims(c));
   const uint32_t ctx = context_of(c, o);
   const uint32_t T = std::min(o.prefill_chunk, ctx);
   if (T == 0) return invalid_argument("gemma3: prefill_chunk 0 builds no prefill sequence");
@@ -217,17 +227,9 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
   const uint32_t dim = static_cast<uint32_t>(hidden);
   StepList s;
   s.size("tokens", T);
-  for (const char* n : {"H", "X", "A", "F"}) s.size(n, T * hidden);
-  s.size("Q", T * q_dim);
-  s.size("ATTN", T * q_dim);
-  s.size("K", T * kv_dim);
-  s.size("V", T * kv_dim);
-  s.size("G", T * ffn);
-  s.size("U", T * ffn);
+  size_activations(s, c, T, /*capitals=*/true);
   s.size("h_last", hidden);
   s.size("x_last", hidden);
-  s.size("logits", static_cast<uint64_t>(c.vocab));
-  s.size("next", 1);
 
   auto matmul = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));

@@ -5,13 +5,13 @@
 // nothing invalidates those caches except the first launch on a freshly created
 // stream. Code blocks are freed and recycled, so a publication (the CodeRegistry
 // uploading a new image) can put new bytes at an address that some core still holds
-// in its cache. Hence the rule this class enforces (invariant 3, "no stale code"):
+// in its cache. Hence the rule this class enforces (no stale code):
 //
 //   a stream may be reused only if no code has been published since it was created.
 //
 // Creating a stream per run would satisfy that rule too, but each create + destroy
-// costs hundreds of microseconds and a few percent of device time; invariant 4 ("no
-// needless stream churn") asks for zero creates in steady state. StreamSlots keeps one
+// costs hundreds of microseconds and a few percent of device time; "no needless stream
+// churn" asks for zero creates in steady state. StreamSlots keeps one
 // stream per pipeline slot and replaces it exactly when the rule demands.
 //
 // The rules, as enforced by ReusePolicy::kPublicationAware:
