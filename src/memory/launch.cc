@@ -96,13 +96,13 @@ Status MemoryCore::launch(hal::StreamId stream, hal::DeviceAddr code, const isa:
     const Binding& bd = bindings_[b++];
     if (bd.access == isa::Access::kOut) continue;
     Status failed;
-    bd.buffer->map.for_each_in(bd.range.begin, bd.range.end,
-                               [&](uint64_t pb, uint64_t pe, CoherenceState st) {
-                                 if (st != CoherenceState::kDeviceNewer || !failed.ok()) return;
-                                 bd.buffer->deps.for_each_in(pb, pe, [&](const DepState& d) {
-                                   if (failed.ok()) failed = fences_.failure(d.writer);
-                                 });
-                               });
+    bd.buffer->map.for_each_in(
+        bd.range.begin, bd.range.end, [&](uint64_t pb, uint64_t pe, CoherenceState st) {
+          if (st != CoherenceState::kDeviceNewer || !failed.ok()) return;
+          bd.buffer->deps.for_each_in(pb, pe, [&](uint64_t, uint64_t, const DepState& d) {
+            if (failed.ok()) failed = fences_.failure(d.writer);
+          });
+        });
     if (!failed.ok()) {
       return failed.with_context(kernel() + ": argument " + std::to_string(i) + " ('" +
                                  specs[i].name + "') of buffer '" + bd.buffer->name +

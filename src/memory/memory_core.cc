@@ -152,7 +152,7 @@ Status MemoryCore::free_buffer(BufferState& b) {
 
   fences_.poll();
   std::vector<FenceRef> pending;
-  b.deps.for_each_in(0, b.size, [&](const DepState& s) {
+  b.deps.for_each_in(0, b.size, [&](uint64_t, uint64_t, const DepState& s) {
     if (!fences_.known_done(s.writer)) pending.push_back(s.writer);
     for (uint8_t i = 0; i < s.num_readers; ++i) {
       if (!fences_.known_done(s.readers[i])) pending.push_back(s.readers[i]);
@@ -392,7 +392,7 @@ void MemoryCore::prune(DepState& s) const {
 
 void MemoryCore::collect_waits(const BufferState& b, ByteRange r, bool writes) {
   if (!options_.order_conflicting_work) return;
-  b.deps.for_each_in(r.begin, r.end, [&](const DepState& s) {
+  b.deps.for_each_in(r.begin, r.end, [&](uint64_t, uint64_t, const DepState& s) {
     // A failed writer is done, but its bytes are garbage: readers must hear of it.
     if (!fences_.known_done(s.writer) || !fences_.failure(s.writer).ok()) {
       waits_.push_back(s.writer);
