@@ -74,7 +74,9 @@ Status MemoryCore::plan_kernel(hal::StreamId stream, const isa::Image& image, ui
     BufferState& b = *v.buffer_;
     p.bindings.push_back({&b, {v.offset(), v.end()}, specs[i].access});
     if (specs[i].access == isa::Access::kOut) continue;
-    NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, v.offset(), v.end()), launch_text(image));
+    if (b.tracker) {
+      NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, v.offset(), v.end()), launch_text(image));
+    }
     // A kernel must not consume device bytes whose writer failed (bytes the host
     // replaced since are uploaded instead, which is fine).
     Status failed;

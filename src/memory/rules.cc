@@ -96,6 +96,7 @@ class ExactOrdering final : public OrderingRules {
       if (p.launch) collect(*bd.buffer, bd.range, bd.access != Access::kIn, p.waits);
     }
     for (const Plan::Move& m : p.moves) collect(*m.buffer, m.range, p.upload, p.waits);
+    if (p.waits.empty()) return;
     std::sort(p.waits.begin(), p.waits.end());
     p.waits.erase(std::unique(p.waits.begin(), p.waits.end()), p.waits.end());
     // On the device, finished work and work on the launch's own stream need no wait.
