@@ -10,14 +10,6 @@ const std::string& empty_name() {
   return name;
 }
 
-Status range_error(const std::string& name, uint64_t container_offset, uint64_t container_size,
-                   uint64_t offset, uint64_t length) {
-  return out_of_range("view [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                      ") does not fit in [" + std::to_string(container_offset) + ", " +
-                      std::to_string(container_offset + container_size) + ") of buffer '" + name +
-                      "'");
-}
-
 }  // namespace
 
 // ---- View ----------------------------------------------------------------------------
@@ -29,7 +21,10 @@ uint8_t* View::data() const { return buffer_ ? buffer_->mirror + offset_ : nullp
 StatusOr<View> View::subview(uint64_t offset, uint64_t length) const {
   if (!buffer_) return failed_precondition("subview of a view that is not attached to a buffer");
   if (offset > size_ || length > size_ - offset) {
-    return range_error(buffer_->name, offset_, size_, offset_ + offset, length);
+    return out_of_range("view [" + std::to_string(offset_ + offset) + ", +" +
+                        std::to_string(length) + ") does not fit in [" + std::to_string(offset_) +
+                        ", " + std::to_string(offset_ + size_) + ") of buffer '" + buffer_->name +
+                        "'");
   }
   return View(buffer_, offset_ + offset, length);
 }
@@ -59,10 +54,7 @@ View Buffer::view() const {
 
 StatusOr<View> Buffer::view(uint64_t offset, uint64_t length) const {
   if (!state_) return failed_precondition("view of an empty Buffer");
-  if (offset > state_->size || length > state_->size - offset) {
-    return range_error(state_->name, 0, state_->size, offset, length);
-  }
-  return View(state_, offset, length);
+  return view().subview(offset, length);
 }
 
 Status Buffer::enable_tracking(WriteTrackingMechanism mechanism) {

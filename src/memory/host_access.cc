@@ -1,6 +1,7 @@
 #include "npurt/memory/host_access.h"
 
 #include <cstdio>
+#include <utility>
 
 #include "memory/memory_core.h"
 
@@ -8,7 +9,9 @@ namespace npurt {
 
 namespace memory_detail {
 
-void misaligned_typed_access(size_t type_size, size_t type_align, uint64_t offset, uint64_t bytes) {
+void check_typed(const void* data, uint64_t bytes, size_t type_size, size_t type_align,
+                 uint64_t offset) {
+  if (bytes % type_size == 0 && reinterpret_cast<uintptr_t>(data) % type_align == 0) return;
   char text[200];
   std::snprintf(text, sizeof text,
                 "typed access to a guard of %llu bytes at view offset %llu: not a whole number of "
@@ -20,37 +23,18 @@ void misaligned_typed_access(size_t type_size, size_t type_align, uint64_t offse
 
 }  // namespace memory_detail
 
-WriteGuard::WriteGuard(WriteGuard&& other) noexcept
-    : view_(std::move(other.view_)),
-      data_(other.data_),
-      size_(other.size_),
-      active_(other.active_),
-      twinned_(other.twinned_),
-      head_begin_(other.head_begin_),
-      tail_end_(other.tail_end_),
-      head_(std::move(other.head_)),
-      tail_(std::move(other.tail_)) {
-  other.active_ = false;
-  other.data_ = nullptr;
-  other.size_ = 0;
-}
-
 WriteGuard& WriteGuard::operator=(WriteGuard&& other) noexcept {
-  if (this != &other) {
-    release();
-    view_ = std::move(other.view_);
-    data_ = other.data_;
-    size_ = other.size_;
-    active_ = other.active_;
-    twinned_ = other.twinned_;
-    head_begin_ = other.head_begin_;
-    tail_end_ = other.tail_end_;
-    head_ = std::move(other.head_);
-    tail_ = std::move(other.tail_);
-    other.active_ = false;
-    other.data_ = nullptr;
-    other.size_ = 0;
-  }
+  if (this == &other) return *this;
+  release();
+  view_ = std::move(other.view_);
+  data_ = std::exchange(other.data_, nullptr);
+  size_ = std::exchange(other.size_, 0);
+  active_ = std::exchange(other.active_, false);
+  twinned_ = other.twinned_;
+  head_begin_ = other.head_begin_;
+  tail_end_ = other.tail_end_;
+  head_ = std::move(other.head_);
+  tail_ = std::move(other.tail_);
   return *this;
 }
 

@@ -52,6 +52,10 @@ Status MemoryContext::launch(hal::StreamId stream, hal::DeviceAddr code, const i
                              uint32_t grid, std::span<const LaunchArg> args) {
   return core_->launch(stream, code, image, grid, args);
 }
+StatusOr<LaunchPlan> MemoryContext::plan_launch(hal::StreamId stream, const isa::Image& image,
+                                                uint32_t grid, std::span<const LaunchArg> args) {
+  return core_->plan_launch(stream, image, grid, args);
+}
 
 Status MemoryContext::synchronize() { return core_->synchronize(); }
 MemoryStats MemoryContext::stats() const { return core_->stats(); }

@@ -19,25 +19,9 @@ std::string range_text(uint64_t begin, uint64_t end) {
 
 std::string buffer_text(const BufferState& b) { return "buffer '" + b.name + "'"; }
 
-void sort_unique(std::vector<FenceRef>& v) {
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-}
-
 }  // namespace
 
 // ---- BufferState -------------------------------------------------------------------
-
-BufferState::BufferState(std::shared_ptr<MemoryCore> owner, std::string buffer_name, uint64_t bytes,
-                         uint8_t* mirror_bytes_ptr, uint64_t mirror_length, hal::DeviceAddr addr)
-    : core(std::move(owner)),
-      name(std::move(buffer_name)),
-      size(bytes),
-      mirror(mirror_bytes_ptr),
-      mirror_bytes(mirror_length),
-      device_addr(addr),
-      map(bytes),
-      deps(bytes) {}
 
 BufferState::~BufferState() {
   tracker.reset();  // unprotects the mirror before it goes
@@ -50,7 +34,9 @@ MemoryCore::MemoryCore(std::shared_ptr<hal::Device> device, MemoryOptions option
     : device_(std::move(device)),
       options_(options),
       page_(PageWriteTracker::page_size()),
-      fences_(*device_) {}
+      fences_(device),
+      coherence_(make_coherence_rules(options.policy)),
+      ordering_(make_ordering_rules(options.order_conflicting_work, fences_)) {}
 
 Status MemoryCore::open() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -154,22 +140,21 @@ Status MemoryCore::free_buffer(BufferState& b) {
 
   fences_.poll();
   std::vector<FenceRef> pending;
-  b.deps.for_each_in(0, b.size, [&](const DepState& s) {
+  b.deps.for_each_in(0, b.size, [&](uint64_t, uint64_t, const DepState& s) {
     if (!fences_.known_done(s.writer)) pending.push_back(s.writer);
     for (uint8_t i = 0; i < s.num_readers; ++i) {
       if (!fences_.known_done(s.readers[i])) pending.push_back(s.readers[i]);
     }
   });
-  if (pending.empty()) return free_device_block(b.device_addr, b.name);
-  sort_unique(pending);
-  deferred_.push_back({b.device_addr, b.name, std::move(pending)});
+  if (pending.empty()) {
+    NPURT_RETURN_IF_ERROR_CTX(device_->free(b.device_addr),
+                              "freeing the device memory of " + buffer_text(b));
+    return ok_status();
+  }
+  std::sort(pending.begin(), pending.end());
+  pending.erase(std::unique(pending.begin(), pending.end()), pending.end());
+  deferred_.push_back({b.device_addr, std::move(pending)});
   ++stats_.deferred_frees;
-  return ok_status();
-}
-
-Status MemoryCore::free_device_block(hal::DeviceAddr addr, const std::string& name) {
-  NPURT_RETURN_IF_ERROR_CTX(device_->free(addr),
-                            "freeing the device memory of buffer '" + name + "'");
   return ok_status();
 }
 
@@ -181,7 +166,7 @@ void MemoryCore::reap_deferred_frees() {
       if (!fences_.known_done(f)) return false;
     }
     // The work is done; a failing free leaves nothing to retry.
-    free_device_block(d.addr, d.name).ignore();
+    device_->free(d.addr).ignore();
     return true;
   });
 }
@@ -191,8 +176,7 @@ Status MemoryCore::enable_tracking(BufferState& b, WriteTrackingMechanism mechan
   const std::string what = "enable_tracking for " + buffer_text(b);
   NPURT_RETURN_IF_ERROR(check_open().with_context(what));
   if (b.freed) return failed_precondition(what + ": " + b.freed_reason);
-  if (!exact()) {
-    // The emulated runtime never saw raw writes.
+  if (!coherence_->sees_raw_writes()) {
     b.tracked = true;
     return ok_status();
   }
@@ -224,160 +208,112 @@ Status MemoryCore::absorb_dirty(BufferState& b, uint64_t begin, uint64_t end) {
 void MemoryCore::record_raw_write(BufferState& b, uint64_t begin, uint64_t end) {
   if (begin >= end) return;
   pieces_.clear();
-  bool conflict = false;
+  uint64_t counted = 0;  // pages below this one were counted as conflicts
   b.map.for_each_in(begin, end, [&](uint64_t s, uint64_t e, CoherenceState state) {
     if (state == CoherenceState::kDeviceNewer) {
-      conflict = true;
+      const uint64_t first = std::max(floor_to(s, page_), counted);
+      counted = ceil_to(e, page_);
+      if (first < counted) stats_.tracked_conflict_pages += (counted - first) / page_;
     } else if (state != CoherenceState::kHostNewer) {
       pieces_.push_back({s, e});
     }
   });
-  if (conflict) {
-    for (uint64_t p = floor_to(begin, page_); p < end; p += page_) {
-      bool page_conflict = false;
-      b.map.for_each_in(std::max(p, begin), std::min(p + page_, end),
-                        [&](uint64_t, uint64_t, CoherenceState state) {
-                          page_conflict |= state == CoherenceState::kDeviceNewer;
-                        });
-      stats_.tracked_conflict_pages += page_conflict ? 1 : 0;
-    }
-  }
   for (const ByteRange& r : pieces_) b.map.host_written(r.begin, r.end);
 }
 
 void MemoryCore::record_changed_bytes(BufferState& b, uint64_t begin,
                                       std::span<const uint8_t> before) {
   const uint8_t* now = b.mirror + begin;
-  size_t i = 0;
-  while (i < before.size()) {
-    if (now[i] == before[i]) {
-      ++i;
-      continue;
-    }
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (now[i] == before[i]) continue;
     size_t j = i + 1;
     while (j < before.size() && now[j] != before[j]) ++j;
     b.map.host_written(begin + i, begin + j);
-    i = j;
+    i = j;  // now[j] == before[j], or the end
   }
 }
 
-// ---- policy: which bytes move ------------------------------------------------------------
+// ---- synchronous transfers: plan, execute ------------------------------------------------
 
-StatusOr<std::vector<ByteRange>> MemoryCore::plan_upload(BufferState& b, uint64_t begin,
-                                                         uint64_t end) {
-  if (exact()) {
-    NPURT_RETURN_IF_ERROR(absorb_dirty(b, begin, end));
-    return b.map.ranges_to_upload(begin, end);
-  }
-  NaiveFlags& f = b.naive;
-  if (!f.resident) {
-    f.resident = true;
-    f.dirty = false;
-    return std::vector<ByteRange>{{0, b.size}};
-  }
-  if (f.dirty) {
-    f.dirty = false;
-    return std::vector<ByteRange>{{begin, end}};
-  }
-  return std::vector<ByteRange>{};
-}
-
-StatusOr<std::vector<ByteRange>> MemoryCore::plan_download(BufferState& b, uint64_t begin,
-                                                           uint64_t end) {
-  if (exact()) {
-    std::vector<ByteRange> ranges = b.map.ranges_to_download(begin, end);
-    // Raw writes on the pages the download lands on are recorded first: the
+Status MemoryCore::plan_transfer(BufferState& b, ByteRange r, bool upload) {
+  if (upload) {
+    NPURT_RETURN_IF_ERROR(absorb_dirty(b, r.begin, r.end));
+  } else if (b.tracker) {
+    // Raw writes on the pages a download lands on are recorded first: the
     // download's own writes into the mirror are forgotten afterwards.
-    for (const ByteRange& r : ranges) NPURT_RETURN_IF_ERROR(absorb_dirty(b, r.begin, r.end));
-    return ranges;
+    for (const ByteRange& d : b.map.ranges_to_download(r.begin, r.end)) {
+      NPURT_RETURN_IF_ERROR(absorb_dirty(b, d.begin, d.end));
+    }
   }
-  NaiveFlags& f = b.naive;
-  if (!f.readback_pending) return std::vector<ByteRange>{};
-  f.readback_pending = false;
-  f.read_back_once = true;
-  return std::vector<ByteRange>{{0, b.size}};
+  plan_.reset(upload, /*is_launch=*/false, 0);
+  plan_.bindings.push_back({&b, r, isa::Access::kIn});
+  coherence_->plan_moves(plan_);
+  ordering_->plan_waits(plan_);
+  return ok_status();
 }
 
-void MemoryCore::record_host_write(BufferState& b, uint64_t begin, uint64_t end) {
-  if (exact()) {
-    b.map.host_written(begin, end);
-  } else {
-    b.naive.dirty = true;
+Status MemoryCore::execute_transfer(BufferState& b) {
+  const Plan& p = plan_;
+  if (p.moves.empty()) return ok_status();
+  auto what = [&] { return (p.upload ? "uploading " : "fetching ") + buffer_text(b); };
+  for (const FenceRef& w : p.waits) {
+    // Failed work is over: overwriting the bytes it touched needs no error.
+    if (Status s = fences_.host_wait(w); !s.ok() && !p.upload) {
+      return s.with_context(what() + ": the device work writing it failed");
+    }
   }
-}
-
-// ---- synchronous transfers --------------------------------------------------------------
-
-// Enqueues copy(stream, range) for each range on a transfer stream and waits for them;
-// the pool replaces a stream that failed.
-template <typename Copy>
-Status MemoryCore::transfer_now(const std::vector<ByteRange>& ranges, Copy&& copy) {
   NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, transfers_->acquire());
   Status enqueued;
-  for (const ByteRange& r : ranges) {
-    enqueued = copy(lease.stream, r);
+  for (const Plan::Move& m : p.moves) {
+    uint8_t* host = b.mirror + m.range.begin;
+    const hal::DeviceAddr dev = b.device_addr + m.range.begin;
+    const uint64_t n = m.range.size();
+    enqueued = p.upload ? device_->copy_to_device(lease.stream, dev, host, n)
+                        : device_->copy_to_host(lease.stream, host, dev, n);
     if (!enqueued.ok()) break;
+    (p.upload ? stats_.h2d_bytes : stats_.d2h_bytes) += n;
+    ++(p.upload ? stats_.h2d_copies : stats_.d2h_copies);
   }
+  // Waits for the copies; the pool replaces a stream that failed.
   Status finished = transfers_->finish(lease);
-  return enqueued.ok() ? finished : enqueued;
-}
-
-Status MemoryCore::download_now(BufferState& b, const std::vector<ByteRange>& ranges) {
-  if (ranges.empty()) return ok_status();
-  waits_.clear();
-  for (const ByteRange& r : ranges) collect_waits(b, r, /*writes=*/false);
-  sort_unique(waits_);
-  for (const FenceRef& w : waits_) {
-    if (Status s = fences_.host_wait(w); !s.ok()) {
-      return s.with_context("fetching " + buffer_text(b) + ": the device work writing it failed");
-    }
-  }
-  NPURT_RETURN_IF_ERROR_CTX(transfer_now(ranges,
-                                         [&](hal::StreamId stream, const ByteRange& r) {
-                                           Status s = device_->copy_to_host(
-                                               stream, b.mirror + r.begin, b.device_addr + r.begin,
-                                               r.size());
-                                           if (s.ok()) stats_.d2h_bytes += r.size(), ++stats_.d2h_copies;
-                                           return s;
-                                         }),
-                            "fetching " + buffer_text(b));
-  for (const ByteRange& r : ranges) {
-    forget_writer(b, r);
-    if (exact()) b.map.mark_synced(r.begin, r.end);
-    if (b.tracker) {
-      NPURT_RETURN_IF_ERROR_CTX(b.tracker->clear(r.begin, r.end),
-                                "re-protecting " + buffer_text(b));
-    }
+  NPURT_RETURN_IF_ERROR_CTX(enqueued, what());
+  NPURT_RETURN_IF_ERROR_CTX(finished, what());
+  commit(FenceRef{});  // complete: nothing left to wait for
+  if (p.upload || !b.tracker) return ok_status();
+  for (const Plan::Move& m : p.moves) {
+    NPURT_RETURN_IF_ERROR_CTX(b.tracker->clear(m.range.begin, m.range.end),
+                              "re-protecting " + buffer_text(b));
   }
   return ok_status();
 }
 
-Status MemoryCore::upload_now(BufferState& b, const std::vector<ByteRange>& ranges) {
-  if (ranges.empty()) return ok_status();
-  waits_.clear();
-  for (const ByteRange& r : ranges) collect_waits(b, r, /*writes=*/true);
-  sort_unique(waits_);
-  // Work that failed is over; overwriting the bytes it touched needs no error.
-  for (const FenceRef& w : waits_) fences_.host_wait(w).ignore();
-  NPURT_RETURN_IF_ERROR_CTX(transfer_now(ranges,
-                                         [&](hal::StreamId stream, const ByteRange& r) {
-                                           Status s = device_->copy_to_device(
-                                               stream, b.device_addr + r.begin, b.mirror + r.begin,
-                                               r.size());
-                                           if (s.ok()) stats_.h2d_bytes += r.size(), ++stats_.h2d_copies;
-                                           return s;
-                                         }),
-                            "uploading " + buffer_text(b));
-  for (const ByteRange& r : ranges) {
-    set_writer(b, r, FenceRef{});  // complete: nothing left to wait for
-    if (exact()) b.map.mark_synced(r.begin, r.end);
+void MemoryCore::commit(FenceRef fence) {
+  const Plan& p = plan_;
+  for (const Plan::Move& m : p.moves) {
+    p.upload ? set_writer(*m.buffer, m.range, fence) : forget_writer(*m.buffer, m.range);
   }
-  return ok_status();
+  if (p.launch) {
+    for (const Plan::Binding& bd : p.bindings) {
+      if (bd.access != isa::Access::kOut && fence.valid()) {
+        add_reader(*bd.buffer, bd.range, fence, p.stream);
+      }
+    }
+    for (const Plan::Binding& bd : p.bindings) {
+      if (bd.access != isa::Access::kIn) set_writer(*bd.buffer, bd.range, fence);
+    }
+  }
+  coherence_->commit(p);
 }
 
-Status MemoryCore::fetch(BufferState& b, uint64_t begin, uint64_t end) {
-  NPURT_ASSIGN_OR_RETURN(std::vector<ByteRange> ranges, plan_download(b, begin, end));
-  return download_now(b, ranges);
+Status MemoryCore::sync_view(const View& view, bool upload, const char* what) {
+  NPURT_RETURN_IF_ERROR(check_view(view).with_context(what));
+  reap_deferred_frees();
+  BufferState& b = *view.buffer_;
+  Status s = plan_transfer(b, {view.offset(), view.end()}, upload);
+  if (s.ok()) s = execute_transfer(b);
+  if (s.ok()) return s;
+  return s.with_context(std::string(what) + " of " + buffer_text(b) + " " +
+                        range_text(view.offset(), view.end()));
 }
 
 // ---- dependencies ------------------------------------------------------------------------
@@ -390,20 +326,6 @@ void MemoryCore::prune(DepState& s) const {
   }
   for (uint8_t i = kept; i < s.num_readers; ++i) s.readers[i] = FenceRef{};
   s.num_readers = kept;
-}
-
-void MemoryCore::collect_waits(const BufferState& b, ByteRange r, bool writes) {
-  if (!options_.order_conflicting_work) return;
-  b.deps.for_each_in(r.begin, r.end, [&](const DepState& s) {
-    // A failed writer is done, but its bytes are garbage: readers must hear of it.
-    if (!fences_.known_done(s.writer) || !fences_.failure(s.writer).ok()) {
-      waits_.push_back(s.writer);
-    }
-    if (!writes) return;
-    for (uint8_t i = 0; i < s.num_readers; ++i) {
-      if (!fences_.known_done(s.readers[i])) waits_.push_back(s.readers[i]);
-    }
-  });
 }
 
 void MemoryCore::set_writer(BufferState& b, ByteRange r, FenceRef f) {
@@ -485,32 +407,28 @@ MemoryCore::Staging MemoryCore::take_staging(uint64_t bytes) {
 
 StatusOr<ReadGuard> MemoryCore::read(const View& view) {
   std::lock_guard<std::mutex> lock(mu_);
-  NPURT_RETURN_IF_ERROR(check_view(view).with_context("read"));
-  reap_deferred_frees();
-  BufferState& b = *view.buffer_;
-  NPURT_RETURN_IF_ERROR_CTX(
-      fetch(b, view.offset(), view.end()),
-      "read of " + buffer_text(b) + " " + range_text(view.offset(), view.end()));
+  NPURT_RETURN_IF_ERROR(sync_view(view, /*upload=*/false, "read"));
   return ReadGuard(view);
 }
 
 StatusOr<WriteGuard> MemoryCore::write(const View& view, bool fetch_first) {
   const char* what = fetch_first ? "write" : "overwrite";
   std::lock_guard<std::mutex> lock(mu_);
-  NPURT_RETURN_IF_ERROR(check_view(view).with_context(what));
-  reap_deferred_frees();
+  if (fetch_first) {
+    NPURT_RETURN_IF_ERROR(sync_view(view, /*upload=*/false, what));
+  } else {
+    NPURT_RETURN_IF_ERROR(check_view(view).with_context(what));
+    reap_deferred_frees();
+  }
   BufferState& b = *view.buffer_;
-  auto where = [&] {
-    return std::string(what) + " of " + buffer_text(b) + " " +
-           range_text(view.offset(), view.end());
-  };
-  if (fetch_first) NPURT_RETURN_IF_ERROR_CTX(fetch(b, view.offset(), view.end()), where());
   WriteGuard guard(view);
-  if (exact() && b.tracker) {
+  if (b.tracker) {
     // Raw writes made so far are recorded now, so that pages dirtied while the
     // guard is held are explained by the guard (its view) and by the margins'
     // byte differences only.
-    NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, view.offset(), view.end()), where());
+    NPURT_RETURN_IF_ERROR_CTX(
+        absorb_dirty(b, view.offset(), view.end()),
+        std::string(what) + " of " + buffer_text(b) + " " + range_text(view.offset(), view.end()));
     guard.twinned_ = true;
     guard.head_begin_ = floor_to(view.offset(), page_);
     guard.tail_end_ = std::min(ceil_to(view.end(), page_), b.size);
@@ -529,7 +447,7 @@ void MemoryCore::release(WriteGuard& guard) {
   if (closed_ || b.freed) return;
   const uint64_t begin = guard.view_.offset();
   const uint64_t end = guard.view_.end();
-  if (exact() && b.tracker) {
+  if (b.tracker) {
     const uint64_t first = floor_to(begin, page_);
     const uint64_t last = std::min(ceil_to(end, page_), b.mirror_bytes);
     dirty_.clear();
@@ -551,39 +469,24 @@ void MemoryCore::release(WriteGuard& guard) {
       }
     }
   }
-  record_host_write(b, begin, end);
+  coherence_->on_host_write(b, {begin, end});
 }
 
 Status MemoryCore::mark_host_written(const View& view) {
   std::lock_guard<std::mutex> lock(mu_);
   NPURT_RETURN_IF_ERROR(check_view(view).with_context("mark_host_written"));
-  record_host_write(*view.buffer_, view.offset(), view.end());
+  coherence_->on_host_write(*view.buffer_, {view.offset(), view.end()});
   return ok_status();
 }
 
 Status MemoryCore::to_device(const View& view) {
   std::lock_guard<std::mutex> lock(mu_);
-  NPURT_RETURN_IF_ERROR(check_view(view).with_context("to_device"));
-  reap_deferred_frees();
-  BufferState& b = *view.buffer_;
-  auto where = [&] {
-    return "to_device of " + buffer_text(b) + " " + range_text(view.offset(), view.end());
-  };
-  auto ranges = plan_upload(b, view.offset(), view.end());
-  if (!ranges.ok()) return ranges.status().with_context(where());
-  NPURT_RETURN_IF_ERROR_CTX(upload_now(b, *ranges), where());
-  return ok_status();
+  return sync_view(view, /*upload=*/true, "to_device");
 }
 
 Status MemoryCore::to_host(const View& view) {
   std::lock_guard<std::mutex> lock(mu_);
-  NPURT_RETURN_IF_ERROR(check_view(view).with_context("to_host"));
-  reap_deferred_frees();
-  BufferState& b = *view.buffer_;
-  NPURT_RETURN_IF_ERROR_CTX(
-      fetch(b, view.offset(), view.end()),
-      "to_host of " + buffer_text(b) + " " + range_text(view.offset(), view.end()));
-  return ok_status();
+  return sync_view(view, /*upload=*/false, "to_host");
 }
 
 Status MemoryCore::synchronize() {

@@ -1,10 +1,9 @@
 // MemoryCore: the state behind MemoryContext, Buffer, View and the guards.
 //
 // MemoryContext owns the core's device resources (transfer streams, events, device
-// allocations) and releases them in its destructor (close()). Buffers, views and
-// guards share the core object itself, which keeps the device alive, so they can
-// outlive the context safely: a closed core refuses every call with
-// kFailedPrecondition.
+// allocations) and releases them in close(). Buffers, views and guards share the core
+// object itself, which keeps the device alive, so they can outlive the context safely:
+// a closed core refuses every call with kFailedPrecondition.
 //
 // Every member of the core and the mutable part of every BufferState is guarded by
 // MemoryCore::mu_.
@@ -22,8 +21,10 @@
 
 #include "memory/dep_map.h"
 #include "memory/fence_table.h"
+#include "memory/rules.h"
 #include "npurt/exec/stream_pool.h"
 #include "npurt/memory/coherence_map.h"
+#include "npurt/memory/launch_plan.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/memory/write_tracker.h"
 
@@ -37,20 +38,8 @@
 
 namespace npurt::memory_detail {
 
-// The emulated production runtime's flags (CoherencePolicy::kNaiveResidencyFlags).
-struct NaiveFlags {
-  bool resident = false;          // the whole-buffer initial upload happened
-  bool dirty = false;             // one shared "host wrote something" mark
-  bool readback_pending = false;  // the next fetch downloads the whole buffer
-  bool read_back_once = false;    // launches no longer set readback_pending
-};
-
 struct BufferState {
-  BufferState(std::shared_ptr<MemoryCore> core, std::string name, uint64_t size, uint8_t* mirror,
-              uint64_t mirror_bytes, hal::DeviceAddr device_addr);
   ~BufferState();
-  BufferState(const BufferState&) = delete;
-  BufferState& operator=(const BufferState&) = delete;
 
   const std::shared_ptr<MemoryCore> core;
   const std::string name;
@@ -63,8 +52,8 @@ struct BufferState {
   // Guarded by core->mu_.
   bool freed = false;
   const char* freed_reason = "";
-  CoherenceMap map;
-  DepMap deps;
+  CoherenceMap map{size};
+  DepMap deps{size};
   std::optional<PageWriteTracker> tracker;
   NaiveFlags naive;
   size_t live_index = 0;  // position in MemoryCore::live_
@@ -93,21 +82,14 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Status to_device(const View& view);
   Status to_host(const View& view);
 
+  StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
+                                   std::span<const LaunchArg> args);
   Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
                 std::span<const LaunchArg> args);
   Status synchronize();
   MemoryStats stats() const;
 
  private:
-  struct Upload {
-    BufferState* buffer;
-    ByteRange range;
-  };
-  struct Binding {
-    BufferState* buffer;
-    ByteRange range;
-    isa::Access access;
-  };
   struct Staging {
     std::unique_ptr<uint8_t[]> data;
     uint64_t capacity = 0;
@@ -118,11 +100,9 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   };
   struct DeferredFree {
     hal::DeviceAddr addr;
-    std::string name;
     std::vector<FenceRef> fences;
   };
 
-  bool exact() const { return options_.policy == CoherencePolicy::kExact; }
   Status check_open() const;
   // OK when `view` is attached, of this context, and its buffer is alive.
   Status check_view(const View& view) const;
@@ -136,20 +116,22 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   // Records host writes to the bytes of [begin, end) that differ from `before`.
   void record_changed_bytes(BufferState& b, uint64_t begin, std::span<const uint8_t> before);
 
-  // Bytes of [begin, end) to move under the current policy (updates naive flags).
-  StatusOr<std::vector<ByteRange>> plan_upload(BufferState& b, uint64_t begin, uint64_t end);
-  StatusOr<std::vector<ByteRange>> plan_download(BufferState& b, uint64_t begin, uint64_t end);
-  void record_host_write(BufferState& b, uint64_t begin, uint64_t end);
+  // Planning into plan_ (rules.h). Raw writes tracked mode caught in the bytes
+  // concerned are recorded first (they happened before the call); planning itself
+  // changes no state. plan_kernel also checks the launch (bad input: a Status).
+  Status plan_transfer(BufferState& b, ByteRange range, bool upload);
+  Status plan_kernel(hal::StreamId stream, const isa::Image& image, uint32_t grid,
+                     std::span<const LaunchArg> args);
+  // Executing plan_, then committing its effects (fence: the plan's completion).
+  Status execute_transfer(BufferState& b);
+  Status execute_launch(hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
+                        std::span<const LaunchArg> args);
+  void commit(FenceRef fence);
+  // check_view, then a synchronous transfer of the view's stale bytes, for `what`.
+  Status sync_view(const View& view, bool upload, const char* what);
 
-  // Synchronous transfers on a transfer stream, ordered after conflicting work.
-  Status upload_now(BufferState& b, const std::vector<ByteRange>& ranges);
-  Status download_now(BufferState& b, const std::vector<ByteRange>& ranges);
-  Status fetch(BufferState& b, uint64_t begin, uint64_t end);
-  template <typename Copy>
-  Status transfer_now(const std::vector<ByteRange>& ranges, Copy&& copy);
 
   // Dependency bookkeeping.
-  void collect_waits(const BufferState& b, ByteRange r, bool writes);
   void set_writer(BufferState& b, ByteRange r, FenceRef f);
   void add_reader(BufferState& b, ByteRange r, FenceRef f, hal::StreamId stream);
   void forget_writer(BufferState& b, ByteRange r);
@@ -158,7 +140,6 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Staging take_staging(uint64_t bytes);
   void recycle_staging();
   void reap_deferred_frees();
-  Status free_device_block(hal::DeviceAddr addr, const std::string& name);
 
   const std::shared_ptr<hal::Device> device_;
   const MemoryOptions options_;
@@ -168,6 +149,8 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   bool closed_ = false;
   std::unique_ptr<exec::StreamPool> transfers_;  // synchronous transfers (one slot)
   FenceTable fences_;
+  const std::unique_ptr<CoherenceRules> coherence_;
+  const std::unique_ptr<OrderingRules> ordering_;
   std::vector<BufferState*> live_;
   std::vector<DeferredFree> deferred_;
   std::vector<Staging> staging_pool_;
@@ -175,10 +158,8 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   std::deque<PendingStaging> pending_staging_;
   MemoryStats stats_;
 
-  // Scratch reused by launch() and the transfers, so steady state allocates nothing.
-  std::vector<Binding> bindings_;
-  std::vector<Upload> uploads_;
-  std::vector<FenceRef> waits_;
+  // Scratch reused by every plan, so steady state allocates nothing.
+  Plan plan_;
   std::vector<ByteRange> dirty_;
   std::vector<ByteRange> pieces_;
   hal::LaunchParams params_;

@@ -180,8 +180,8 @@ TEST(CoherenceMap, MarkSyncedOnPartOfARange) {
   EXPECT_EQ(s, State::kBothValid);
 }
 
-// A sibling view's sync must not touch another view's stale bytes (DESIGN.md,
-// "one residency flag per buffer shared by all its views").
+// A sibling view's sync must not touch another view's stale bytes (the production
+// bug of one residency flag per buffer shared by all its views).
 TEST(CoherenceMap, SyncingOneViewLeavesASiblingDirty) {
   CoherenceMap map(4096);
   map.mark_synced(0, 4096);

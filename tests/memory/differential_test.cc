@@ -129,21 +129,21 @@ class Differential {
   }
 
   // ---- the model's transitions ----
-  void model_fetch(ModelBuffer& mb, size_t first, size_t last) {
+  // A sync of floats [first, last): the `stale` ones move (4 bytes each, counted
+  // in *moved) and become both-valid.
+  void model_sync(ModelBuffer& mb, size_t first, size_t last, Side stale, uint64_t* moved) {
     for (size_t i = first; i < last; ++i) {
-      if (mb.side[i] == Side::kDevice) {
+      if (mb.side[i] == stale) {
         mb.side[i] = Side::kBoth;
-        model_d2h_ += 4;
+        *moved += 4;
       }
     }
   }
+  void model_fetch(ModelBuffer& mb, size_t first, size_t last) {
+    model_sync(mb, first, last, Side::kDevice, &model_d2h_);
+  }
   void model_upload(ModelBuffer& mb, size_t first, size_t last) {
-    for (size_t i = first; i < last; ++i) {
-      if (mb.side[i] == Side::kHost) {
-        mb.side[i] = Side::kBoth;
-        model_h2d_ += 4;
-      }
-    }
+    model_sync(mb, first, last, Side::kHost, &model_h2d_);
   }
   // A raw write caught by tracking on the pages in `pages`.
   void model_dirty_pages(ModelBuffer& mb, const std::set<size_t>& pages) {

@@ -1,5 +1,5 @@
 // Buffers, views, guards and launch binding: the API contract, exact byte counts,
-// and bad input reported as errors that name the problem (invariant 6).
+// and bad input reported as errors that name the problem.
 
 #include "npurt/memory/memory_context.h"
 

@@ -18,38 +18,30 @@ namespace npurt::testing {
 inline constexpr uint32_t kTile = 64;  // floats per kernel block
 inline constexpr uint64_t kTileBytes = kTile * sizeof(float);
 
-// out = in, one tile per block.
-inline StatusOr<isa::Image> copy_kernel() {
+// out = in, one tile per block; `scaled`: out = x * s (an f32 scalar after the
+// buffers); `spin`: first spins `count` iterations (an integer scalar before the
+// buffers), holding its stream busy before it reads its input and writes `out`.
+inline StatusOr<isa::Image> tile_copy_kernel(const char* name, bool scaled, bool spin) {
   using namespace isa;
-  KernelBuilder b("copy");
-  const uint8_t in = b.arg_buffer("in", Access::kIn, DType::kF32);
+  KernelBuilder b(name);
+  const uint8_t count = spin ? b.arg_scalar("count", DType::kI32) : 0;
+  const uint8_t in = b.arg_buffer(scaled ? "x" : "in", Access::kIn, DType::kF32);
   const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const Reg off{0}, bid{1};
+  const uint8_t s = scaled ? b.arg_scalar("s", DType::kF32) : 0;
+  const Reg off{0}, bid{1}, r{2};
   const Tile t{0};
+  if (spin) {
+    b.arg_value(r, count);
+    b.loop_begin(r);
+    b.nop();
+    b.loop_end();
+  }
   b.block_id(bid);
   b.alui(AluOp::kMul, off, bid, kTileBytes);
+  if (scaled) b.arg_value(r, s);
   b.tdef(t, DType::kF32, 1, kTile, 0);
   b.tld(t, in, off, DType::kF32);
-  b.tst(t, out, off, DType::kF32);
-  b.exit();
-  return b.build();
-}
-
-// out = x * s.
-inline StatusOr<isa::Image> scale_kernel() {
-  using namespace isa;
-  KernelBuilder b("scale");
-  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const uint8_t s = b.arg_scalar("s", DType::kF32);
-  const Reg off{0}, bid{1}, scale{2};
-  const Tile t{0};
-  b.block_id(bid);
-  b.alui(AluOp::kMul, off, bid, kTileBytes);
-  b.arg_value(scale, s);
-  b.tdef(t, DType::kF32, 1, kTile, 0);
-  b.tld(t, x, off, DType::kF32);
-  b.tsop(BinOp::kMul, t, t, scale);
+  if (scaled) b.tsop(BinOp::kMul, t, t, r);
   b.tst(t, out, off, DType::kF32);
   b.exit();
   return b.build();
@@ -75,29 +67,6 @@ inline StatusOr<isa::Image> accumulate_kernel() {
   return b.build();
 }
 
-// Spins `count` iterations, then out = in: holds its stream busy before it reads
-// `in` and writes `out`.
-inline StatusOr<isa::Image> slow_copy_kernel() {
-  using namespace isa;
-  KernelBuilder b("slow_copy");
-  const uint8_t count = b.arg_scalar("count", DType::kI32);
-  const uint8_t in = b.arg_buffer("in", Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const Reg n{0}, off{1}, bid{2};
-  const Tile t{0};
-  b.arg_value(n, count);
-  b.loop_begin(n);
-  b.nop();
-  b.loop_end();
-  b.block_id(bid);
-  b.alui(AluOp::kMul, off, bid, kTileBytes);
-  b.tdef(t, DType::kF32, 1, kTile, 0);
-  b.tld(t, in, off, DType::kF32);
-  b.tst(t, out, off, DType::kF32);
-  b.exit();
-  return b.build();
-}
-
 struct Kernel {
   isa::Image image;
   hal::DeviceAddr addr = 0;
@@ -117,8 +86,10 @@ struct MemoryRig {
 
   explicit MemoryRig(MemoryOptions options = {}, hal::SimOptions sim = {}) {
     device = make_sim(sim);
-    for (auto built : {copy_kernel(), elementwise_kernel("add", isa::BinOp::kAdd, kTile),
-                       scale_kernel(), accumulate_kernel(), slow_copy_kernel()}) {
+    for (auto built : {tile_copy_kernel("copy", false, false),
+                       elementwise_kernel("add", isa::BinOp::kAdd, kTile),
+                       tile_copy_kernel("scale", true, false), accumulate_kernel(),
+                       tile_copy_kernel("slow_copy", false, true)}) {
       if (!built.ok()) {
         ADD_FAILURE() << built.status().to_string();
         return;
@@ -144,17 +115,20 @@ struct MemoryRig {
     }
   }
 
-  // Launches kernel `k` over `args` with one block per tile of the first view.
+  // Launches (plans) kernel `k` over `args` with one block per tile of the first view.
   Status launch(Which k, std::vector<LaunchArg> args, hal::StreamId on = 0) {
-    uint64_t bytes = 0;
+    return ctx->launch(on ? on : stream, kernels[k].addr, kernels[k].image, grid(args), args);
+  }
+  StatusOr<LaunchPlan> plan(Which k, std::vector<LaunchArg> args, hal::StreamId on = 0) {
+    return ctx->plan_launch(on ? on : stream, kernels[k].image, grid(args), args);
+  }
+  static uint32_t grid(std::span<const LaunchArg> args) {
     for (const LaunchArg& a : args) {
       if (a.kind() == LaunchArg::Kind::kView) {
-        bytes = a.view().size();
-        break;
+        return static_cast<uint32_t>(std::max<uint64_t>(1, a.view().size() / kTileBytes));
       }
     }
-    const uint32_t grid = static_cast<uint32_t>(std::max<uint64_t>(1, bytes / kTileBytes));
-    return ctx->launch(on ? on : stream, kernels[k].addr, kernels[k].image, grid, args);
+    return 1;
   }
 
   Buffer buffer(uint64_t bytes, const char* name, bool tracked = false,

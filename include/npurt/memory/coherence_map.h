@@ -1,22 +1,11 @@
 // CoherenceMap: which side of a buffer holds the newest bytes, per byte range.
 //
-// Every Buffer owns one map covering [0, size). Each byte is in exactly one of
-// four states; adjacent bytes in the same state form one segment, and adjacent
-// segments always differ (the map is kept coalesced after every mutation), so the
-// segment list is canonical: two maps describing the same per-byte states have the
-// same segments.
-//
-// Cost model. A buffer is usually in one state as a whole (all both-valid in steady
-// state, all host-newer right after the host filled it). That case is stored as a
-// single state with no segment list: queries and no-op transitions are O(1) and
-// allocate nothing. Mixed buffers keep a sorted vector of segment starts; real
-// buffers have a handful of segments (one per view that diverged), for which a
-// vector beats a node-based map. Mutations are O(segments); queries are
-// O(log segments + pieces visited).
-//
-// Ranges are half-open byte ranges [begin, end) with begin <= end <= size();
-// violating that is an npurt bug (views are validated before they reach here) and
-// aborts. Empty ranges are no-ops.
+// Every Buffer owns one map covering [0, size); each byte is in one of four states.
+// The map is an IntervalMap (interval_map.h): coalesced, so its segments are
+// canonical, and a buffer in one state as a whole (all both-valid in steady state,
+// all host-newer right after the host filled it) costs O(1) per query and no-op
+// transition and allocates nothing. Ranges violating begin <= end <= size() are an
+// npurt bug (views are validated before they reach here) and abort.
 //
 // Threading: thread-compatible (const methods may run concurrently; any mutation
 // needs exclusive access). The owning Buffer serializes access.
@@ -25,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "npurt/base/status.h"
+#include "npurt/memory/interval_map.h"
 
 namespace npurt {
 
@@ -46,36 +35,24 @@ enum class CoherenceState : uint8_t {
   kBothValid,      // both copies hold the same, newest bytes
 };
 
-const char* coherence_state_name(CoherenceState state);
+inline const char* coherence_state_name(CoherenceState state) {
+  switch (state) {
+    case CoherenceState::kUninitialized: return "uninitialized";
+    case CoherenceState::kHostNewer: return "host-newer";
+    case CoherenceState::kDeviceNewer: return "device-newer";
+    case CoherenceState::kBothValid: return "both-valid";
+  }
+  return "unknown";
+}
 
-class CoherenceMap {
+class CoherenceMap : public IntervalMap<CoherenceState> {
  public:
   using State = CoherenceState;
 
-  // A map of `size` bytes, all kUninitialized.
-  explicit CoherenceMap(uint64_t size);
-
-  uint64_t size() const { return size_; }
-
-  // Sets every byte of [begin, end) to `state`.
-  void set(uint64_t begin, uint64_t end, State state);
-
-  // State of the byte at `offset` (< size()).
-  State state_at(uint64_t offset) const;
-
-  // True when all bytes share one state, stored into *state when non-null.
-  // A zero-sized map is uniform kUninitialized.
-  bool is_uniform(State* state = nullptr) const;
-
-  // Number of maximal same-state segments: 1 for a uniform non-empty map, 0 for a
-  // zero-sized one. Exposed so tests can check coalescing and the fast path.
-  size_t segment_count() const;
-
-  // Calls f(piece_begin, piece_end, state) for each segment intersecting
-  // [begin, end), clipped to it, in increasing order. Consecutive pieces have
-  // different states. The map must not be mutated from inside f.
-  template <typename F>
-  void for_each_in(uint64_t begin, uint64_t end, F&& f) const;
+  // A map of `size` bytes, all kUninitialized. IntervalMap provides size(),
+  // set(begin, end, state), state_at(offset), is_uniform(), segment_count() and
+  // for_each_in(begin, end, f(piece_begin, piece_end, state)).
+  explicit CoherenceMap(uint64_t size) : IntervalMap(size, State::kUninitialized) {}
 
   // ---- Transitions used by Buffer -------------------------------------------
 
@@ -100,57 +77,24 @@ class CoherenceMap {
   // After a copy made both sides agree on [begin, end): host-newer and
   // device-newer bytes there become both-valid. Uninitialized bytes stay
   // uninitialized (a copy of never-written bytes does not initialize them).
-  void mark_synced(uint64_t begin, uint64_t end);
+  void mark_synced(uint64_t begin, uint64_t end) {
+    auto one_sided = [](State s) { return s == State::kHostNewer || s == State::kDeviceNewer; };
+    // Splitting and re-merging would leave the map unchanged when no byte is
+    // one-sided; checking first keeps that common case (all both-valid) read-only.
+    bool any = false;
+    for_each_in(begin, end, [&](uint64_t, uint64_t, State s) { any |= one_sided(s); });
+    if (any) update(begin, end, [&](State& s) { s = one_sided(s) ? State::kBothValid : s; });
+  }
 
-  // Maximal sub-ranges of [begin, end) whose bytes are in `state`.
-  std::vector<ByteRange> ranges_in_state(uint64_t begin, uint64_t end, State state) const;
-
- private:
-  // One segment: it starts at `begin` and ends where the next one starts (or at
-  // size_ for the last one).
-  struct Run {
-    uint64_t begin;
-    State state;
-  };
-
-  void check_range(uint64_t begin, uint64_t end) const;
-  // Switches to the explicit segment list (a single run) if uniform.
-  void materialize();
-  // Returns to the uniform representation if only one segment is left.
-  void collapse_if_uniform();
-  // Index of the run containing `offset` (< size_), explicit representation only.
-  size_t run_index(uint64_t offset) const;
-  // Makes a run start exactly at `offset` (< size_) and returns its index.
-  size_t split_at(uint64_t offset);
-  // First run index at or after `offset`, splitting so the runs before it end at
-  // `offset` exactly; returns runs_.size() for offset == size_.
-  size_t boundary(uint64_t offset);
-  // Merges equal neighbours among runs [first, last] (indices clamped).
-  void coalesce(size_t first, size_t last);
-  uint64_t run_end(size_t i) const { return i + 1 < runs_.size() ? runs_[i + 1].begin : size_; }
-
-  uint64_t size_;
-  // The whole map's state when runs_ is empty (the fast path). Otherwise unused.
-  State uniform_ = State::kUninitialized;
-  // Explicit segments, sorted by begin, runs_[0].begin == 0, neighbours differ,
-  // and at least two of them. Capacity is kept when collapsing back to uniform so
-  // a buffer that oscillates between uniform and mixed stops allocating.
-  std::vector<Run> runs_;
+  // Maximal sub-ranges of [begin, end) whose bytes are in `state` (neighbouring
+  // pieces always differ, so each matching piece is maximal).
+  std::vector<ByteRange> ranges_in_state(uint64_t begin, uint64_t end, State state) const {
+    std::vector<ByteRange> out;
+    for_each_in(begin, end, [&](uint64_t b, uint64_t e, State s) {
+      if (s == state) out.push_back({b, e});
+    });
+    return out;
+  }
 };
-
-template <typename F>
-void CoherenceMap::for_each_in(uint64_t begin, uint64_t end, F&& f) const {
-  check_range(begin, end);
-  if (begin == end) return;
-  if (runs_.empty()) {
-    f(begin, end, uniform_);
-    return;
-  }
-  for (size_t i = run_index(begin); i < runs_.size() && runs_[i].begin < end; ++i) {
-    const uint64_t piece_begin = runs_[i].begin > begin ? runs_[i].begin : begin;
-    const uint64_t piece_end = run_end(i) < end ? run_end(i) : end;
-    f(piece_begin, piece_end, runs_[i].state);
-  }
-}
 
 }  // namespace npurt

@@ -38,8 +38,9 @@
 namespace npurt {
 
 namespace memory_detail {
-[[noreturn]] void misaligned_typed_access(size_t type_size, size_t type_align, uint64_t offset,
-                                          uint64_t bytes);
+// Aborts unless `bytes` bytes at `data` (view offset `offset`) are whole, aligned Ts.
+void check_typed(const void* data, uint64_t bytes, size_t type_size, size_t type_align,
+                 uint64_t offset);
 }  // namespace memory_detail
 
 class ReadGuard {
@@ -54,7 +55,7 @@ class ReadGuard {
   template <typename T>
   std::span<const T> as() const {
     static_assert(std::is_trivially_copyable_v<T>);
-    check_typed(sizeof(T), alignof(T));
+    memory_detail::check_typed(data_, size_, sizeof(T), alignof(T), view_.offset());
     return {reinterpret_cast<const T*>(data_), size_ / sizeof(T)};
   }
   const View& view() const { return view_; }
@@ -63,12 +64,6 @@ class ReadGuard {
   friend class memory_detail::MemoryCore;
   explicit ReadGuard(View view)
       : view_(std::move(view)), data_(view_.data()), size_(view_.size()) {}
-  void check_typed(size_t size, size_t align) const {
-    if (size_ % size != 0 || reinterpret_cast<uintptr_t>(data_) % align != 0) {
-      memory_detail::misaligned_typed_access(size, align, view_.offset(), size_);
-    }
-  }
-
   View view_;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
@@ -77,7 +72,7 @@ class ReadGuard {
 class WriteGuard {
  public:
   WriteGuard() = default;
-  WriteGuard(WriteGuard&& other) noexcept;
+  WriteGuard(WriteGuard&& other) noexcept { *this = std::move(other); }
   WriteGuard& operator=(WriteGuard&& other) noexcept;
   ~WriteGuard() { release(); }
 
@@ -85,9 +80,7 @@ class WriteGuard {
   template <typename T>
   std::span<T> as() const {
     static_assert(std::is_trivially_copyable_v<T>);
-    if (size_ % sizeof(T) != 0 || reinterpret_cast<uintptr_t>(data_) % alignof(T) != 0) {
-      memory_detail::misaligned_typed_access(sizeof(T), alignof(T), view_.offset(), size_);
-    }
+    memory_detail::check_typed(data_, size_, sizeof(T), alignof(T), view_.offset());
     return {reinterpret_cast<T*>(data_), size_ / sizeof(T)};
   }
   const View& view() const { return view_; }

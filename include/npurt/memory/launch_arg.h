@@ -11,6 +11,7 @@
 // scalar's bits, and may be copied and used from any thread.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 
@@ -31,7 +32,9 @@ class LaunchArg {
   static LaunchArg scalar_i64(int64_t value) {
     return LaunchArg(Kind::kScalarI64, static_cast<uint64_t>(value));
   }
-  static LaunchArg scalar_f32(float value);
+  static LaunchArg scalar_f32(float value) {
+    return LaunchArg(Kind::kScalarF32, std::bit_cast<uint32_t>(value));
+  }
 
   Kind kind() const { return kind_; }
   const View& view() const { return view_; }

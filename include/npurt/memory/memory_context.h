@@ -8,7 +8,7 @@
 //     operation that writes it and the ones that read it, as device events;
 //   * in tracked mode, a PageWriteTracker over the host mirror.
 //
-// Rules (DESIGN.md invariants 1, 2, 5, 6):
+// Rules:
 //   * Host writes are recorded for their exact bytes: write()/overwrite() guards
 //     (host_access.h) and mark_host_written() mark their view host-newer; in tracked
 //     mode raw writes are recorded per page (below).
@@ -78,6 +78,7 @@
 #include "npurt/memory/buffer.h"
 #include "npurt/memory/host_access.h"
 #include "npurt/memory/launch_arg.h"
+#include "npurt/memory/launch_plan.h"
 
 namespace npurt {
 
@@ -128,6 +129,7 @@ struct MemoryStats {
   uint64_t pending_frees = 0;            // postponed frees not yet done
   uint64_t tracked_pages_collected = 0;  // dirty pages recorded as host writes
   uint64_t tracked_conflict_pages = 0;   // dirty pages that held device-newer bytes
+  friend bool operator==(const MemoryStats&, const MemoryStats&) = default;
 };
 
 class MemoryContext {
@@ -173,6 +175,11 @@ class MemoryContext {
   // the stream, on host reads of its outputs, and on launches that consume them.
   Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
                 std::span<const LaunchArg> args);
+  // What launch(stream, code, image, grid, args) would do now (launch_plan.h),
+  // with the same checks and errors, enqueuing nothing and changing no state (it
+  // records the raw writes tracked mode caught in its inputs, as any call does).
+  StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
+                                   std::span<const LaunchArg> args);
 
   // Blocks until every device operation the context knows of has completed.
   // Returns the first failure among them, if any.

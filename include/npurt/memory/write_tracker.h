@@ -1,6 +1,6 @@
 // PageWriteTracker: catches host writes made through raw pointers, per page.
 //
-// Tracked mode (DESIGN.md, "Memory and coherence") lets callers write a buffer's
+// Tracked mode (docs/architecture.md, "Memory and coherence") lets callers write a buffer's
 // host mirror through plain pointers (memcpy, numpy, other threads) without
 // declaring the writes. The tracker watches a page-aligned region: while armed,
 // clean pages are write-protected; the first write to a clean page is caught and
