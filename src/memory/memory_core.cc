@@ -34,7 +34,7 @@ MemoryCore::MemoryCore(std::shared_ptr<hal::Device> device, MemoryOptions option
     : device_(std::move(device)),
       options_(options),
       page_(PageWriteTracker::page_size()),
-      fences_(device),
+      fences_(*device_),
       coherence_(make_coherence_rules(options.policy)),
       ordering_(make_ordering_rules(options.order_conflicting_work, fences_)) {}
 
