@@ -30,7 +30,7 @@ using namespace nb::literals;
 
 std::string access_string(isa::Access a) { return std::string(isa::access_name(a)); }
 
-PyArg make_arg(const ops::OpArg& a) {
+PyArg make_arg(const isa::ArgSpec& a) {
   return PyArg{a.name, a.is_scalar() ? "scalar" : "buffer", access_string(a.access),
                std::string(isa::dtype_name(a.dtype)), a.elements};
 }
@@ -96,18 +96,18 @@ nb::bytes to_bytes(std::span<const uint8_t> b) { return nb::bytes(reinterpret_ca
 // Host reference over numpy arrays: inputs by argument name, scalars by keyword.
 nb::dict run_reference(const ops::Operator& op, nb::dict inputs, nb::kwargs scalars) {
   check(op.validate());
-  const std::vector<ops::OpArg> sig = op.signature();
+  const std::vector<isa::ArgSpec> sig = op.signature();
   nb::module_ np = nb::module_::import_("numpy");
   for (auto [key, value] : inputs) {
     const std::string name = py_str(key);
     bool known = false;
-    for (const ops::OpArg& a : sig) known |= (a.name == name && !a.is_scalar());
+    for (const isa::ArgSpec& a : sig) known |= (a.name == name && !a.is_scalar());
     if (!known) check(not_found(op.name() + ": no buffer argument '" + name + "'"));
   }
   std::vector<std::vector<uint8_t>> bytes(sig.size());
   std::vector<ops::HostArg> args;
   for (size_t i = 0; i < sig.size(); ++i) {
-    const ops::OpArg& a = sig[i];
+    const isa::ArgSpec& a = sig[i];
     if (a.is_scalar()) {
       if (!scalars.contains(a.name.c_str())) {
         check(invalid_argument(op.name() + ": no value for scalar '" + a.name + "'"));
@@ -147,7 +147,7 @@ nb::dict run_reference(const ops::Operator& op, nb::dict inputs, nb::kwargs scal
   check(op.reference(args));
   nb::dict out;
   for (size_t i = 0; i < sig.size(); ++i) {
-    const ops::OpArg& a = sig[i];
+    const isa::ArgSpec& a = sig[i];
     if (a.is_scalar() || !a.writes()) continue;
     nb::object raw = to_bytes(bytes[i]);
     out[a.name.c_str()] = np.attr("frombuffer")(raw, numpy_dtype(a.dtype)).attr("copy")();
@@ -176,7 +176,7 @@ void bind_ops(nb::module_& m) {
           "args",
           [](const PyKernel& k) {
             std::vector<PyArg> r;
-            for (const ops::OpArg& a : k.kernel.args) r.push_back(make_arg(a));
+            for (const isa::ArgSpec& a : k.kernel.args) r.push_back(make_arg(a));
             return r;
           },
           "The arguments in kernel order.")
@@ -198,7 +198,7 @@ void bind_ops(nb::module_& m) {
           [](const PyOperator& o) {
             check(o.op->validate());
             std::vector<PyArg> r;
-            for (const ops::OpArg& a : o.op->signature()) r.push_back(make_arg(a));
+            for (const isa::ArgSpec& a : o.op->signature()) r.push_back(make_arg(a));
             return r;
           },
           "The kernel's arguments (names, directions, dtypes, element counts), from the "

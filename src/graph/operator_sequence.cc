@@ -98,7 +98,7 @@ struct Analysis {
   std::map<std::string, DType> scalars;
 };
 
-Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<ops::OpArg>& sig,
+Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<isa::ArgSpec>& sig,
                            const std::map<std::string, BufferInfo>& buffers) {
   // Byte ranges of every buffer argument of this step, in buffer coordinates.
   struct Range {
@@ -138,7 +138,7 @@ StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::ma
     const SequenceStep& st = steps[i];
     if (!st.op) return Status(StatusCode::kInvalidArgument, "step " + std::to_string(i) + " has no operator");
     NPURT_RETURN_IF_ERROR(st.op->validate().with_context(step_label(i, *st.op)));
-    const std::vector<ops::OpArg> sig = st.op->signature();
+    const std::vector<isa::ArgSpec> sig = st.op->signature();
     if (st.bindings.size() != sig.size()) {
       return step_error(i, *st.op, "binds " + std::to_string(st.bindings.size()) + " names to " +
                                        std::to_string(sig.size()) + " arguments");
@@ -346,7 +346,7 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   // builder tells it.
   isa::KernelBuilder probe("probe");
   ops::EmitContext probe_ctx{probe, ctx.target, ctx.signature, {}};
-  for (const ops::OpArg& a : ctx.signature) {
+  for (const isa::ArgSpec& a : ctx.signature) {
     probe_ctx.args.push_back(a.is_scalar() ? probe.arg_scalar(a.name, a.dtype) : probe.arg_buffer(a.name, a.access, a.dtype));
   }
   NPURT_ASSIGN_OR_RETURN(*grid, op.emit(probe_ctx));

@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "npurt/isa/numeric.h"
 #include "npurt/isa/verifier.h"
 
 namespace npurt::isa {
@@ -79,6 +80,8 @@ std::string_view access_name(Access a) {
   }
   return "invalid";
 }
+
+uint64_t ArgSpec::bytes() const { return is_scalar() ? 0 : dtype_bytes(dtype, elements); }
 
 // `bytes` may be exactly the image or a larger region that starts with it (a device
 // passes the rest of the GM block holding the image). Sections are checked against

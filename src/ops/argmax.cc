@@ -9,6 +9,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::RedOp;
 using isa::Reg;
@@ -35,8 +36,8 @@ Status Argmax::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Argmax::signature() const {
-  return {OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.n), OpArg::buffer("index", isa::Access::kOut, DType::kI32, 1)};
+std::vector<ArgSpec> Argmax::signature() const {
+  return {ArgSpec::buffer("x", isa::Access::kIn, DType::kF32, p_.n), ArgSpec::buffer("index", isa::Access::kOut, DType::kI32, 1)};
 }
 
 uint64_t Argmax::chunk() const {

@@ -6,6 +6,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -33,9 +34,9 @@ Status Copy::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Copy::signature() const {
-  return {OpArg::buffer("src", isa::Access::kIn, p_.src_dtype, p_.n),
-          OpArg::buffer("dst", isa::Access::kOut, p_.dst_dtype, p_.n)};
+std::vector<ArgSpec> Copy::signature() const {
+  return {ArgSpec::buffer("src", isa::Access::kIn, p_.src_dtype, p_.n),
+          ArgSpec::buffer("dst", isa::Access::kOut, p_.dst_dtype, p_.n)};
 }
 
 StatusOr<uint32_t> Copy::emit(EmitContext& ctx) const {
@@ -105,13 +106,13 @@ Status StridedCopy::validate() const {
   return Status();
 }
 
-std::vector<OpArg> StridedCopy::signature() const {
-  std::vector<OpArg> s{
-      OpArg::buffer("src", isa::Access::kIn, p_.src_dtype, (src_rows() - 1) * src_stride() + p_.cols),
-      OpArg::buffer("dst", isa::Access::kInOut, p_.dst_dtype, (dst_rows() - 1) * dst_stride() + p_.cols)};
-  if (p_.dst_row_runtime) s.push_back(OpArg::scalar("dst_row", DType::kI32));
-  if (p_.src_row_runtime) s.push_back(OpArg::scalar("src_row", DType::kI32));
-  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+std::vector<ArgSpec> StridedCopy::signature() const {
+  std::vector<ArgSpec> s{
+      ArgSpec::buffer("src", isa::Access::kIn, p_.src_dtype, (src_rows() - 1) * src_stride() + p_.cols),
+      ArgSpec::buffer("dst", isa::Access::kInOut, p_.dst_dtype, (dst_rows() - 1) * dst_stride() + p_.cols)};
+  if (p_.dst_row_runtime) s.push_back(ArgSpec::scalar("dst_row", DType::kI32));
+  if (p_.src_row_runtime) s.push_back(ArgSpec::scalar("src_row", DType::kI32));
+  if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -210,9 +211,9 @@ Status Transpose::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Transpose::signature() const {
-  return {OpArg::buffer("src", isa::Access::kIn, p_.dtype, p_.rows * p_.cols),
-          OpArg::buffer("dst", isa::Access::kOut, p_.dtype, p_.rows * p_.cols)};
+std::vector<ArgSpec> Transpose::signature() const {
+  return {ArgSpec::buffer("src", isa::Access::kIn, p_.dtype, p_.rows * p_.cols),
+          ArgSpec::buffer("dst", isa::Access::kOut, p_.dtype, p_.rows * p_.cols)};
 }
 
 // The identity's size is the multiply's inner dimension: each dst element costs

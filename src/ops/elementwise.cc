@@ -9,6 +9,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -54,11 +55,11 @@ Status Elementwise::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Elementwise::signature() const {
-  std::vector<OpArg> s{OpArg::buffer("a", isa::Access::kIn, p_.dtype, p_.n)};
-  if (binary()) s.push_back(OpArg::buffer("b", isa::Access::kIn, p_.dtype, p_.n));
-  s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, p_.n));
-  if (p_.row_elems) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+std::vector<ArgSpec> Elementwise::signature() const {
+  std::vector<ArgSpec> s{ArgSpec::buffer("a", isa::Access::kIn, p_.dtype, p_.n)};
+  if (binary()) s.push_back(ArgSpec::buffer("b", isa::Access::kIn, p_.dtype, p_.n));
+  s.push_back(ArgSpec::buffer("out", isa::Access::kOut, p_.dtype, p_.n));
+  if (p_.row_elems) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 

@@ -12,6 +12,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -49,16 +50,16 @@ Status Embedding::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Embedding::signature() const {
+std::vector<ArgSpec> Embedding::signature() const {
   if (p_.tokens) {
-    return {OpArg::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
-            OpArg::buffer("tokens", isa::Access::kIn, DType::kI32, p_.tokens),
-            OpArg::buffer("out", isa::Access::kOut, DType::kF32, uint64_t{p_.tokens} * p_.dim),
-            OpArg::scalar(kRowsScalar, DType::kI32)};
+    return {ArgSpec::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
+            ArgSpec::buffer("tokens", isa::Access::kIn, DType::kI32, p_.tokens),
+            ArgSpec::buffer("out", isa::Access::kOut, DType::kF32, uint64_t{p_.tokens} * p_.dim),
+            ArgSpec::scalar(kRowsScalar, DType::kI32)};
   }
-  return {OpArg::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
-          OpArg::scalar("token", DType::kI32),
-          OpArg::buffer("out", isa::Access::kOut, DType::kF32, p_.dim)};
+  return {ArgSpec::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
+          ArgSpec::scalar("token", DType::kI32),
+          ArgSpec::buffer("out", isa::Access::kOut, DType::kF32, p_.dim)};
 }
 
 StatusOr<uint32_t> Embedding::emit(EmitContext& ctx) const {

@@ -8,6 +8,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -102,10 +103,10 @@ Status Gemm::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Gemm::signature() const {
-  return {OpArg::buffer("a", isa::Access::kIn, p_.dtype, p_.m * p_.k),
-          OpArg::buffer("b", isa::Access::kIn, p_.dtype, p_.k * p_.n),
-          OpArg::buffer("c", isa::Access::kOut, p_.out_dtype, p_.m * p_.n)};
+std::vector<ArgSpec> Gemm::signature() const {
+  return {ArgSpec::buffer("a", isa::Access::kIn, p_.dtype, p_.m * p_.k),
+          ArgSpec::buffer("b", isa::Access::kIn, p_.dtype, p_.k * p_.n),
+          ArgSpec::buffer("c", isa::Access::kOut, p_.out_dtype, p_.m * p_.n)};
 }
 
 StatusOr<uint32_t> Gemm::emit(EmitContext& ctx) const {

@@ -10,6 +10,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -125,10 +126,10 @@ Status Gemv::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Gemv::signature() const {
-  return {OpArg::buffer("w", isa::Access::kIn, p_.weight, p_.m * p_.k),
-          OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.k),
-          OpArg::buffer("y", isa::Access::kOut, DType::kF32, p_.m)};
+std::vector<ArgSpec> Gemv::signature() const {
+  return {ArgSpec::buffer("w", isa::Access::kIn, p_.weight, p_.m * p_.k),
+          ArgSpec::buffer("x", isa::Access::kIn, DType::kF32, p_.k),
+          ArgSpec::buffer("y", isa::Access::kOut, DType::kF32, p_.m)};
 }
 
 StatusOr<uint32_t> Gemv::emit(EmitContext& ctx) const {

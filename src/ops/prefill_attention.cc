@@ -13,6 +13,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::BinOp;
 using isa::DType;
 using isa::Reg;
@@ -108,15 +109,15 @@ Status PrefillAttention::validate() const {
   return Status();
 }
 
-std::vector<OpArg> PrefillAttention::signature() const {
+std::vector<ArgSpec> PrefillAttention::signature() const {
   const uint64_t q_elems = uint64_t{p_.tokens} * p_.n_heads * p_.head_dim;
   const uint64_t cache_elems = uint64_t{p_.max_len} * p_.n_kv_heads * p_.head_dim;
-  return {OpArg::buffer("q", isa::Access::kIn, DType::kF32, q_elems),
-          OpArg::buffer("k_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
-          OpArg::buffer("v_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
-          OpArg::buffer("out", isa::Access::kOut, DType::kF32, q_elems),
-          OpArg::scalar("pos", DType::kI32),
-          OpArg::scalar(kRowsScalar, DType::kI32)};
+  return {ArgSpec::buffer("q", isa::Access::kIn, DType::kF32, q_elems),
+          ArgSpec::buffer("k_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
+          ArgSpec::buffer("v_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
+          ArgSpec::buffer("out", isa::Access::kOut, DType::kF32, q_elems),
+          ArgSpec::scalar("pos", DType::kI32),
+          ArgSpec::scalar(kRowsScalar, DType::kI32)};
 }
 
 StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {

@@ -10,6 +10,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::BinOp;
 using isa::DType;
 using isa::Reg;
@@ -40,12 +41,12 @@ Status RmsNorm::validate() const {
   return Status();
 }
 
-std::vector<OpArg> RmsNorm::signature() const {
+std::vector<ArgSpec> RmsNorm::signature() const {
   const uint64_t n = p_.rows * p_.dim;
-  std::vector<OpArg> s{OpArg::buffer("x", isa::Access::kIn, p_.dtype, n)};
-  if (p_.weighted) s.push_back(OpArg::buffer("w", isa::Access::kIn, DType::kF32, p_.dim));
-  s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, n));
-  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+  std::vector<ArgSpec> s{ArgSpec::buffer("x", isa::Access::kIn, p_.dtype, n)};
+  if (p_.weighted) s.push_back(ArgSpec::buffer("w", isa::Access::kIn, DType::kF32, p_.dim));
+  s.push_back(ArgSpec::buffer("out", isa::Access::kOut, p_.dtype, n));
+  if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 

@@ -10,6 +10,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::BinOp;
 using isa::DType;
 using isa::Reg;
@@ -75,12 +76,12 @@ Status Rope::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Rope::signature() const {
+std::vector<ArgSpec> Rope::signature() const {
   const uint64_t n = uint64_t{p_.n_heads} * p_.head_dim * std::max<uint32_t>(1, p_.tokens);
-  std::vector<OpArg> s{OpArg::buffer("x", isa::Access::kIn, DType::kF32, n),
-                       OpArg::buffer("out", isa::Access::kOut, DType::kF32, n), OpArg::scalar("pos", DType::kI32),
-                       OpArg::scalar("base", DType::kF32)};
-  if (p_.tokens) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+  std::vector<ArgSpec> s{ArgSpec::buffer("x", isa::Access::kIn, DType::kF32, n),
+                       ArgSpec::buffer("out", isa::Access::kOut, DType::kF32, n), ArgSpec::scalar("pos", DType::kI32),
+                       ArgSpec::scalar("base", DType::kF32)};
+  if (p_.tokens) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 

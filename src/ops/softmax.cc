@@ -8,6 +8,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::BinOp;
 using isa::DType;
 using isa::Reg;
@@ -62,9 +63,9 @@ Status Softmax::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Softmax::signature() const {
+std::vector<ArgSpec> Softmax::signature() const {
   const uint64_t n = p_.rows * p_.cols;
-  return {OpArg::buffer("x", isa::Access::kIn, DType::kF32, n), OpArg::buffer("out", isa::Access::kOut, DType::kF32, n)};
+  return {ArgSpec::buffer("x", isa::Access::kIn, DType::kF32, n), ArgSpec::buffer("out", isa::Access::kOut, DType::kF32, n)};
 }
 
 uint64_t Softmax::rows_per_tile(const Target& target) const {

@@ -9,6 +9,7 @@
 namespace npurt::ops {
 
 using isa::AluOp;
+using isa::ArgSpec;
 using isa::DType;
 using isa::Reg;
 using isa::Tile;
@@ -93,11 +94,11 @@ Status WeightGemm::validate() const {
   return Status();
 }
 
-std::vector<OpArg> WeightGemm::signature() const {
-  std::vector<OpArg> s{OpArg::buffer("w", isa::Access::kIn, p_.weight, p_.m * p_.k),
-                       OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.rows * p_.k),
-                       OpArg::buffer("y", isa::Access::kOut, DType::kF32, p_.rows * p_.m)};
-  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+std::vector<ArgSpec> WeightGemm::signature() const {
+  std::vector<ArgSpec> s{ArgSpec::buffer("w", isa::Access::kIn, p_.weight, p_.m * p_.k),
+                       ArgSpec::buffer("x", isa::Access::kIn, DType::kF32, p_.rows * p_.k),
+                       ArgSpec::buffer("y", isa::Access::kOut, DType::kF32, p_.rows * p_.m)};
+  if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 

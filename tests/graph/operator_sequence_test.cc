@@ -87,7 +87,7 @@ class Rig {
 
 std::vector<uint8_t> random_for(DType t, uint64_t elements, uint32_t seed) {
   std::mt19937 rng(seed);
-  return testing::random_bytes_for(ops::OpArg::buffer("r", isa::Access::kIn, t, elements), rng);
+  return testing::random_bytes_for(isa::ArgSpec::buffer("r", isa::Access::kIn, t, elements), rng);
 }
 
 std::vector<float> as_f32(const std::vector<uint8_t>& b, DType t) { return isa::to_f32(b, t); }

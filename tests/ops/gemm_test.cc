@@ -133,7 +133,7 @@ TEST(Gemm, DefaultsFitSmallLocalMemory) {
 }
 
 TEST(Gemm, SignatureFollowsParameters) {
-  const std::vector<OpArg> sig =
+  const std::vector<isa::ArgSpec> sig =
       Gemm({.m = 3, .n = 5, .k = 7, .dtype = DType::kBF16, .out_dtype = DType::kF32}).signature();
   ASSERT_EQ(sig.size(), 3u);
   EXPECT_EQ(sig[0].name, "a");

@@ -145,7 +145,7 @@ TEST(Gemv, RejectsBadParameters) {
 }
 
 TEST(Gemv, SignatureFollowsParameters) {
-  const std::vector<OpArg> sig = Gemv({.m = 262144, .k = 640, .weight = DType::kQ8_0}).signature();
+  const std::vector<isa::ArgSpec> sig = Gemv({.m = 262144, .k = 640, .weight = DType::kQ8_0}).signature();
   ASSERT_EQ(sig.size(), 3u);
   EXPECT_EQ(sig[0].name, "w");
   EXPECT_EQ(sig[0].bytes(), 262144ull * 20 * 34);

@@ -31,7 +31,7 @@ class OpHarness {
 
   void set_bytes(const std::string& name, Bytes b) { inputs_[name] = std::move(b); }
   void set_f32(const std::string& name, const std::vector<float>& v) {
-    const ops::OpArg a = arg(name);
+    const isa::ArgSpec a = arg(name);
     Bytes b(a.bytes());
     isa::from_f32(v.data(), a.dtype, b.data(), v.size());
     inputs_[name] = std::move(b);
@@ -48,7 +48,7 @@ class OpHarness {
     grid_ = kernel->grid;
     sig_ = kernel->args;
     initial_.clear();
-    for (const ops::OpArg& a : sig_) {
+    for (const isa::ArgSpec& a : sig_) {
       if (a.is_scalar()) {
         if (!scalars_.count(a.name)) return Status(StatusCode::kInvalidArgument, "test sets no scalar " + a.name);
         initial_.emplace_back();
@@ -95,8 +95,8 @@ class OpHarness {
   }
 
  private:
-  ops::OpArg arg(const std::string& name) const {
-    for (const ops::OpArg& a : op_.signature()) {
+  isa::ArgSpec arg(const std::string& name) const {
+    for (const isa::ArgSpec& a : op_.signature()) {
       if (a.name == name) return a;
     }
     ADD_FAILURE() << op_.name() << " has no argument " << name;
@@ -122,7 +122,7 @@ class OpHarness {
     hal::LaunchParams p{code, k.grid, {}};
     std::vector<hal::DeviceAddr> addrs(sig_.size(), 0);
     for (size_t i = 0; i < sig_.size(); ++i) {
-      const ops::OpArg& a = sig_[i];
+      const isa::ArgSpec& a = sig_[i];
       if (a.is_scalar()) {
         p.args.push_back(hal::KernelArg{true, 0, 0, scalars_[a.name].bits});
         continue;
@@ -147,7 +147,7 @@ class OpHarness {
   std::unique_ptr<hal::Device> dev_;
   std::map<std::string, Bytes> inputs_;
   std::map<std::string, ops::HostArg> scalars_;
-  std::vector<ops::OpArg> sig_;
+  std::vector<isa::ArgSpec> sig_;
   std::vector<Bytes> initial_, device_, reference_;
   uint32_t grid_ = 0;
 };

@@ -133,7 +133,7 @@ TEST(Rope, PositionZeroIsIdentity) {
 // One compiled kernel, many (pos, base) pairs: the scalars are read at run time.
 TEST(Rope, SignatureTakesPositionAndBaseAtRunTime) {
   Rope op({.n_heads = 4, .head_dim = 256});
-  const std::vector<OpArg> sig = op.signature();
+  const std::vector<isa::ArgSpec> sig = op.signature();
   ASSERT_EQ(sig.size(), 4u);
   EXPECT_EQ(sig[0].name, "x");
   EXPECT_EQ(sig[1].name, "out");

@@ -27,7 +27,7 @@ class Argmax final : public Operator {
   explicit Argmax(ArgmaxParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const ArgmaxParams& params() const { return p_; }
 
  protected:

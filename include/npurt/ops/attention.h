@@ -54,7 +54,7 @@ class DecodeAttention final : public Operator {
   explicit DecodeAttention(DecodeAttentionParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const DecodeAttentionParams& params() const { return p_; }
 
  protected:

@@ -49,7 +49,7 @@ class Copy final : public Operator {
   explicit Copy(CopyParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const CopyParams& params() const { return p_; }
 
  protected:
@@ -83,7 +83,7 @@ class StridedCopy final : public Operator {
   explicit StridedCopy(StridedCopyParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const StridedCopyParams& params() const { return p_; }
 
  protected:
@@ -112,7 +112,7 @@ class Transpose final : public Operator {
   explicit Transpose(TransposeParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const TransposeParams& params() const { return p_; }
 
  protected:

@@ -32,7 +32,7 @@ class Elementwise final : public Operator {
   explicit Elementwise(ElementwiseParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   bool in_place_safe() const override { return true; }
   const ElementwiseParams& params() const { return p_; }
 

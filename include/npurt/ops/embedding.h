@@ -35,7 +35,7 @@ class Embedding final : public Operator {
   explicit Embedding(EmbeddingParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const EmbeddingParams& params() const { return p_; }
 
  protected:

@@ -36,7 +36,7 @@ class Gemm final : public Operator {
   explicit Gemm(GemmParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const GemmParams& params() const { return p_; }
 
  protected:

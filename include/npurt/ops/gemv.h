@@ -44,7 +44,7 @@ class Gemv final : public Operator {
   explicit Gemv(GemvParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const GemvParams& params() const { return p_; }
 
  protected:

@@ -53,7 +53,7 @@ class PrefillAttention final : public Operator {
   explicit PrefillAttention(PrefillAttentionParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const PrefillAttentionParams& params() const { return p_; }
 
  protected:

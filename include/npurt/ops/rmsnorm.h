@@ -38,7 +38,7 @@ class RmsNorm final : public Operator {
   explicit RmsNorm(RmsNormParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   bool in_place_safe() const override { return true; }
   const RmsNormParams& params() const { return p_; }
 

@@ -57,7 +57,7 @@ class Rope final : public Operator {
   explicit Rope(RopeParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   bool in_place_safe() const override { return true; }
   const RopeParams& params() const { return p_; }
 

@@ -36,7 +36,7 @@ class Softmax final : public Operator {
   explicit Softmax(SoftmaxParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   bool in_place_safe() const override { return true; }
   const SoftmaxParams& params() const { return p_; }
 

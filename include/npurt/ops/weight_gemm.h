@@ -45,7 +45,7 @@ class WeightGemm final : public Operator {
   explicit WeightGemm(WeightGemmParams p) : p_(p) {}
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
+  std::vector<isa::ArgSpec> signature() const override;
   const WeightGemmParams& params() const { return p_; }
 
  protected:
