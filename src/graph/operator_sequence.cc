@@ -5,6 +5,7 @@
 #include <charconv>
 #include <set>
 
+#include "npurt/base/math.h"
 #include "npurt/isa/builder.h"
 #include "npurt/isa/numeric.h"
 
@@ -18,8 +19,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;        // host-writable buffers start on their own page
 constexpr uint64_t kDeviceAlign = 256;  // intermediates
-
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // A binding string: "name" or "name[first:last]" (elements, last exclusive).
 struct BufferRef {
@@ -224,7 +223,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
     const BufferInfo& info = an.buffers.at(name);
     const uint64_t bytes = isa::dtype_bytes(info.dtype, info.elements);
     uint64_t& end = arena_bytes[static_cast<int>(arena)];
-    end = align_up(end, align);
+    end = round_up(end, align);
     placed.push_back({name, arena, end, bytes, info.dtype, false});
     end += bytes;
   };
@@ -251,7 +250,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
   // lifetime overlaps its own.
   std::sort(intermediates.begin(), intermediates.end(),
             [](const Interval& a, const Interval& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name; });
-  const uint64_t base = align_up(arena_bytes[static_cast<int>(Arena::kScratch)], kPage);
+  const uint64_t base = round_up(arena_bytes[static_cast<int>(Arena::kScratch)], kPage);
   std::vector<std::pair<Interval, uint64_t>> done;
   uint64_t end = base;
   for (const Interval& iv : intermediates) {
@@ -263,7 +262,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
     uint64_t at = base;
     for (const auto& [lo, hi] : busy) {
       if (at + iv.bytes <= lo) break;
-      at = std::max(at, align_up(hi, kDeviceAlign));
+      at = std::max(at, round_up(hi, kDeviceAlign));
     }
     done.push_back({iv, at});
     const BufferInfo& info = an.buffers.at(iv.name);

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "common/rel_l2.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "npurt/base/math.h"
 #include "npurt/exec/worker.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
@@ -46,7 +45,6 @@ T value_or_die(StatusOr<T> v) {
   return std::move(v).value();
 }
 
-using testing::rel_l2;
 
 // A device, its memory context and code registry, with the context's policy chosen
 // by the test (the naive one shows the stale-data tests can fail).
