@@ -1,7 +1,6 @@
 #include "npurt/ops/operator.h"
 
 #include <bit>
-#include <cstring>
 
 #include "npurt/isa/numeric.h"
 

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "npurt/base/status.h"
@@ -92,7 +93,7 @@ class Operator {
   // reference result into every output buffer.
   Status reference(std::span<const HostArg> args) const;
 
- // Emits the kernel's code into ctx (parameters already validated) and returns the
+  // Emits the kernel's code into ctx (parameters already validated) and returns the
   // number of blocks it needs. The code must not end with EXIT (the caller ends the
   // kernel), must set every register before reading it, and must stay within
   // kMaxLoopDepth - 1 nested loops, so that a fused sequence can run it behind a
@@ -107,6 +108,26 @@ class Operator {
  protected:
   // Called by reference() with checked arguments.
   virtual void compute_reference(std::span<const HostArg> args) const = 0;
+};
+
+// Whether an operator may run with `out` bound to the bytes of `in` (see
+// Operator::in_place_safe).
+enum class InPlace : uint8_t { kUnsafe, kSafe };
+
+// The base of the library's operators: it holds the parameter struct and answers
+// in_place_safe() as the operator states it (there is no default: each operator
+// decides). Each operator still declares its own Operator overrides; C++ cannot share
+// override declarations between classes.
+template <typename P, InPlace kInPlace>
+class OperatorWith : public Operator {
+ public:
+  using Params = P;
+  explicit OperatorWith(Params p) : p_(std::move(p)) {}
+  const Params& params() const { return p_; }
+  bool in_place_safe() const override { return kInPlace == InPlace::kSafe; }
+
+ protected:
+  Params p_;
 };
 
 // kInvalidArgument "<op>: parameter '<param>' <why>", the form every validate() uses.
