@@ -176,7 +176,7 @@ class TileMatmulLoop final : public ops::Operator {
   explicit TileMatmulLoop(uint32_t cores) : cores_(cores) {}
   std::string name() const override { return "tile_matmul_loop"; }
   Status validate() const override { return Status(); }
-  std::vector<ops::OpArg> signature() const override { return {}; }
+  std::vector<isa::ArgSpec> signature() const override { return {}; }
   double flops() const { return 2.0 * kM * kK * kN * kRounds * cores_; }
 
  protected:

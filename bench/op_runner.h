@@ -26,7 +26,7 @@ class OpRunner {
     stream_ = dev_->create_stream().value();  // created after publishing: no stale lines
     std::mt19937 rng(7);
     params_ = {code_.address(), kernel_->grid, {}};
-    for (const ops::OpArg& a : kernel_->args) {
+    for (const isa::ArgSpec& a : kernel_->args) {
       if (a.is_scalar()) {
         params_.args.push_back(hal::KernelArg{true, 0, 0, scalars.at(a.name)});
         continue;

@@ -185,7 +185,7 @@ class EmptyOp final : public ops::Operator {
  public:
   std::string name() const override { return "empty"; }
   Status validate() const override { return Status(); }
-  std::vector<ops::OpArg> signature() const override { return {}; }
+  std::vector<isa::ArgSpec> signature() const override { return {}; }
 
   StatusOr<uint32_t> emit(ops::EmitContext&) const override { return 1u; }
 

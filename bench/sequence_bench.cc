@@ -43,7 +43,7 @@ struct Rig {
     View v = must(seq->get_buffer(name));
     std::mt19937 rng(seed);
     const auto bytes = testing::random_bytes_for(
-        ops::OpArg::buffer(name, isa::Access::kIn, t, v.size() / std::max<size_t>(1, isa::dtype_size(t))), rng);
+        isa::ArgSpec::buffer(name, isa::Access::kIn, t, v.size() / std::max<size_t>(1, isa::dtype_size(t))), rng);
     std::memcpy(v.data(), bytes.data(), std::min<size_t>(bytes.size(), v.size()));
   }
   std::shared_ptr<Runtime> runtime;

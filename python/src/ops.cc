@@ -30,9 +30,13 @@ using namespace nb::literals;
 
 std::string access_string(isa::Access a) { return std::string(isa::access_name(a)); }
 
-PyArg make_arg(const ops::OpArg& a) {
-  return PyArg{a.name, a.is_scalar() ? "scalar" : "buffer", access_string(a.access),
-               std::string(isa::dtype_name(a.dtype)), a.elements};
+std::vector<PyArg> make_args(const std::vector<isa::ArgSpec>& args) {
+  std::vector<PyArg> r;
+  for (const isa::ArgSpec& a : args) {
+    r.push_back(PyArg{a.name, a.is_scalar() ? "scalar" : "buffer", access_string(a.access),
+                      std::string(isa::dtype_name(a.dtype)), a.elements});
+  }
+  return r;
 }
 
 namespace {
@@ -96,18 +100,18 @@ nb::bytes to_bytes(std::span<const uint8_t> b) { return nb::bytes(reinterpret_ca
 // Host reference over numpy arrays: inputs by argument name, scalars by keyword.
 nb::dict run_reference(const ops::Operator& op, nb::dict inputs, nb::kwargs scalars) {
   check(op.validate());
-  const std::vector<ops::OpArg> sig = op.signature();
+  const std::vector<isa::ArgSpec> sig = op.signature();
   nb::module_ np = nb::module_::import_("numpy");
   for (auto [key, value] : inputs) {
     const std::string name = py_str(key);
     bool known = false;
-    for (const ops::OpArg& a : sig) known |= (a.name == name && !a.is_scalar());
+    for (const isa::ArgSpec& a : sig) known |= (a.name == name && !a.is_scalar());
     if (!known) check(not_found(op.name() + ": no buffer argument '" + name + "'"));
   }
   std::vector<std::vector<uint8_t>> bytes(sig.size());
   std::vector<ops::HostArg> args;
   for (size_t i = 0; i < sig.size(); ++i) {
-    const ops::OpArg& a = sig[i];
+    const isa::ArgSpec& a = sig[i];
     if (a.is_scalar()) {
       if (!scalars.contains(a.name.c_str())) {
         check(invalid_argument(op.name() + ": no value for scalar '" + a.name + "'"));
@@ -147,7 +151,7 @@ nb::dict run_reference(const ops::Operator& op, nb::dict inputs, nb::kwargs scal
   check(op.reference(args));
   nb::dict out;
   for (size_t i = 0; i < sig.size(); ++i) {
-    const ops::OpArg& a = sig[i];
+    const isa::ArgSpec& a = sig[i];
     if (a.is_scalar() || !a.writes()) continue;
     nb::object raw = to_bytes(bytes[i]);
     out[a.name.c_str()] = np.attr("frombuffer")(raw, numpy_dtype(a.dtype)).attr("copy")();
@@ -174,11 +178,7 @@ void bind_ops(nb::module_& m) {
       .def_prop_ro("grid", [](const PyKernel& k) { return k.kernel.grid; }, "Blocks per launch.")
       .def_prop_ro(
           "args",
-          [](const PyKernel& k) {
-            std::vector<PyArg> r;
-            for (const ops::OpArg& a : k.kernel.args) r.push_back(make_arg(a));
-            return r;
-          },
+          [](const PyKernel& k) { return make_args(k.kernel.args); },
           "The arguments in kernel order.")
       .def_prop_ro("image", [](const PyKernel& k) { return to_bytes(k.kernel.image.bytes()); },
                    "The image's bytes (header, arguments, code, constants).")
@@ -197,9 +197,7 @@ void bind_ops(nb::module_& m) {
           "signature",
           [](const PyOperator& o) {
             check(o.op->validate());
-            std::vector<PyArg> r;
-            for (const ops::OpArg& a : o.op->signature()) r.push_back(make_arg(a));
-            return r;
+            return make_args(o.op->signature());
           },
           "The kernel's arguments (names, directions, dtypes, element counts), from the "
           "parameters alone.")
@@ -296,13 +294,8 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](PyRmsNorm* self, uint32_t dim, uint64_t rows, float eps, bool weighted, nb::handle dtype,
              uint32_t rows_per_tile, uint32_t cores) {
-            init_op<ops::RmsNorm>(self, ops::RmsNormParams{.rows = rows,
-                                                           .dim = dim,
-                                                           .eps = eps,
-                                                           .weighted = weighted,
-                                                           .dtype = dt(dtype),
-                                                           .rows_per_tile = rows_per_tile,
-                                                           .cores = cores});
+            init_op<ops::RmsNorm>(self, ops::RmsNormParams{.rows = rows, .dim = dim, .eps = eps, .weighted = weighted,
+                .dtype = dt(dtype), .rows_per_tile = rows_per_tile, .cores = cores});
           },
           "dim"_a, "rows"_a = 1, "eps"_a = 1e-6f, "weighted"_a = true, "dtype"_a = "f32", "rows_per_tile"_a = 0,
           "cores"_a = 0,
@@ -337,13 +330,8 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](PySoftmax* self, uint32_t cols, uint64_t rows, bool causal, uint32_t window,
              std::optional<int64_t> offset, uint32_t rows_per_tile, uint32_t cores) {
-            init_op<ops::Softmax>(self, ops::SoftmaxParams{.rows = rows,
-                                                           .cols = cols,
-                                                           .causal = causal,
-                                                           .window = window,
-                                                           .offset = offset,
-                                                           .rows_per_tile = rows_per_tile,
-                                                           .cores = cores});
+            init_op<ops::Softmax>(self, ops::SoftmaxParams{.rows = rows, .cols = cols, .causal = causal,
+                .window = window, .offset = offset, .rows_per_tile = rows_per_tile, .cores = cores});
           },
           "cols"_a, "rows"_a = 1, "causal"_a = false, "window"_a = 0, "offset"_a = nb::none(),
           "rows_per_tile"_a = 0, "cores"_a = 0);
@@ -353,11 +341,8 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](PyRope* self, uint32_t n_heads, uint32_t head_dim, uint32_t rotary_dim, uint32_t heads_per_tile,
              uint32_t cores) {
-            init_op<ops::Rope>(self, ops::RopeParams{.n_heads = n_heads,
-                                                     .head_dim = head_dim,
-                                                     .rotary_dim = rotary_dim,
-                                                     .heads_per_tile = heads_per_tile,
-                                                     .cores = cores});
+            init_op<ops::Rope>(self, ops::RopeParams{.n_heads = n_heads, .head_dim = head_dim,
+                .rotary_dim = rotary_dim, .heads_per_tile = heads_per_tile, .cores = cores});
           },
           "n_heads"_a, "head_dim"_a, "rotary_dim"_a = 0, "heads_per_tile"_a = 0, "cores"_a = 0);
 
@@ -368,14 +353,8 @@ void bind_ops(nb::module_& m) {
           [](PyDecodeAttention* self, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t max_len,
              uint32_t window, float scale, nb::handle kv_dtype, uint32_t tile_t, uint32_t cores) {
             init_op<ops::DecodeAttention>(self, ops::DecodeAttentionParams{.n_heads = n_heads,
-                                                                           .n_kv_heads = n_kv_heads,
-                                                                           .head_dim = head_dim,
-                                                                           .max_len = max_len,
-                                                                           .window = window,
-                                                                           .scale = scale,
-                                                                           .kv_dtype = dt(kv_dtype),
-                                                                           .tile_t = tile_t,
-                                                                           .cores = cores});
+                .n_kv_heads = n_kv_heads, .head_dim = head_dim, .max_len = max_len, .window = window, .scale = scale,
+                .kv_dtype = dt(kv_dtype), .tile_t = tile_t, .cores = cores});
           },
           "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "max_len"_a, "window"_a = 0, "scale"_a = 0.0f,
           "kv_dtype"_a = "f32", "tile_t"_a = 0, "cores"_a = 0,
@@ -405,11 +384,8 @@ void bind_ops(nb::module_& m) {
       .def(
           "__init__",
           [](PyCopy* self, uint64_t n, nb::handle src_dtype, nb::handle dst_dtype, uint32_t tile, uint32_t cores) {
-            init_op<ops::Copy>(self, ops::CopyParams{.n = n,
-                                                     .src_dtype = dt(src_dtype),
-                                                     .dst_dtype = dt(dst_dtype),
-                                                     .tile = tile,
-                                                     .cores = cores});
+            init_op<ops::Copy>(self, ops::CopyParams{.n = n, .src_dtype = dt(src_dtype), .dst_dtype = dt(dst_dtype),
+                .tile = tile, .cores = cores});
           },
           "n"_a, "src_dtype"_a = "f32", "dst_dtype"_a = "f32", "tile"_a = 0, "cores"_a = 0,
           nb::sig("def __init__(self, n: int, src_dtype: object = 'f32', dst_dtype: object = 'f32', "
@@ -422,16 +398,10 @@ void bind_ops(nb::module_& m) {
           [](PyStridedCopy* self, uint32_t cols, uint64_t rows, uint64_t src_stride, uint64_t dst_stride,
              uint64_t dst_rows, bool dst_row_runtime, nb::handle src_dtype, nb::handle dst_dtype,
              uint32_t rows_per_tile, uint32_t cores) {
-            init_op<ops::StridedCopy>(self, ops::StridedCopyParams{.rows = rows,
-                                                                   .cols = cols,
-                                                                   .src_stride = src_stride,
-                                                                   .dst_stride = dst_stride,
-                                                                   .dst_rows = dst_rows,
-                                                                   .dst_row_runtime = dst_row_runtime,
-                                                                   .src_dtype = dt(src_dtype),
-                                                                   .dst_dtype = dt(dst_dtype),
-                                                                   .rows_per_tile = rows_per_tile,
-                                                                   .cores = cores});
+            init_op<ops::StridedCopy>(self, ops::StridedCopyParams{.rows = rows, .cols = cols,
+                .src_stride = src_stride, .dst_stride = dst_stride, .dst_rows = dst_rows,
+                .dst_row_runtime = dst_row_runtime, .src_dtype = dt(src_dtype), .dst_dtype = dt(dst_dtype),
+                .rows_per_tile = rows_per_tile, .cores = cores});
           },
           "cols"_a, "rows"_a = 1, "src_stride"_a = 0, "dst_stride"_a = 0, "dst_rows"_a = 0,
           "dst_row_runtime"_a = false, "src_dtype"_a = "f32", "dst_dtype"_a = "f32", "rows_per_tile"_a = 0,
@@ -445,12 +415,8 @@ void bind_ops(nb::module_& m) {
           "__init__",
           [](PyTranspose* self, uint64_t rows, uint64_t cols, nb::handle dtype, uint32_t tile_rows,
              uint32_t tile_cols, uint32_t cores) {
-            init_op<ops::Transpose>(self, ops::TransposeParams{.rows = rows,
-                                                               .cols = cols,
-                                                               .dtype = dt(dtype),
-                                                               .tile_rows = tile_rows,
-                                                               .tile_cols = tile_cols,
-                                                               .cores = cores});
+            init_op<ops::Transpose>(self, ops::TransposeParams{.rows = rows, .cols = cols, .dtype = dt(dtype),
+                .tile_rows = tile_rows, .tile_cols = tile_cols, .cores = cores});
           },
           "rows"_a, "cols"_a, "dtype"_a = "f32", "tile_rows"_a = 0, "tile_cols"_a = 0, "cores"_a = 0,
           nb::sig("def __init__(self, rows: int, cols: int, dtype: object = 'f32', tile_rows: int = 0, "

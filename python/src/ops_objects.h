@@ -22,6 +22,6 @@ struct PyArg {
   uint64_t elements = 0;
 };
 
-PyArg make_arg(const ops::OpArg& a);
+PyArg make_arg(const isa::ArgSpec& a);
 
 }  // namespace npurt::python

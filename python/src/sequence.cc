@@ -120,13 +120,13 @@ graph::SequenceStep parse_step(size_t index, nb::handle step) {
   const PyOperator& op = nb::cast<const PyOperator&>(op_obj);
   const std::string what = where + " (" + op.op->name() + ")";
   check(op.op->validate());
-  const std::vector<ops::OpArg> sig = op.op->signature();
+  const std::vector<isa::ArgSpec> sig = op.op->signature();
   graph::SequenceStep out{op.op, {}};
   nb::handle b = step[1];
   if (nb::isinstance<nb::dict>(b)) {
     nb::dict d = nb::borrow<nb::dict>(b);
     size_t used = 0;
-    for (const ops::OpArg& a : sig) {
+    for (const isa::ArgSpec& a : sig) {
       if (d.contains(a.name.c_str())) {
         out.bindings.push_back(nb::cast<std::string>(d[a.name.c_str()]));
         ++used;
@@ -140,7 +140,7 @@ graph::SequenceStep parse_step(size_t index, nb::handle step) {
       for (auto [key, value] : d) {
         const std::string k = py_str(key);
         bool known = false;
-        for (const ops::OpArg& a : sig) known |= (a.name == k);
+        for (const isa::ArgSpec& a : sig) known |= (a.name == k);
         if (!known) check(invalid_argument(what + ": the operator has no argument '" + k + "'"));
       }
     }

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "hal/sim/tile_kernels.h"
+#include "npurt/base/math.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/exec/stream_pool.h"
 #include "npurt/hal/handles.h"
@@ -23,15 +24,6 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng) {
   std::vector<float> v(n);
   for (float& x : v) x = d(rng);
   return v;
-}
-
-double rel_l2(const std::vector<float>& out, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return std::sqrt(num / den);
 }
 
 // One demo case: an image, its inputs (raw bytes per buffer argument), its output

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "npurt/base/math.h"
 #include "npurt/base/trace.h"
 
 namespace npurt::exec {
@@ -18,17 +18,9 @@ namespace {
 
 constexpr std::string_view kTraceLane = "code registry";
 
-std::string hex(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 struct CodeHashHasher {
   size_t operator()(const CodeHash& h) const { return static_cast<size_t>(h.lo ^ (h.hi >> 1)); }
 };
-
-bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <set>
 
+#include "npurt/base/math.h"
 #include "npurt/isa/builder.h"
 #include "npurt/isa/numeric.h"
 
@@ -18,8 +19,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;        // host-writable buffers start on their own page
 constexpr uint64_t kDeviceAlign = 256;  // intermediates
-
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // A binding string: "name" or "name[first:last]" (elements, last exclusive).
 struct BufferRef {
@@ -109,7 +108,7 @@ struct Analysis {
   std::map<std::string, DType> scalars;
 };
 
-Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<ops::OpArg>& sig,
+Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<isa::ArgSpec>& sig,
                            const std::map<std::string, BufferInfo>& buffers) {
   // Byte ranges of every buffer argument of this step, in buffer coordinates.
   struct Range {
@@ -149,7 +148,7 @@ StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::ma
     const SequenceStep& st = steps[i];
     if (!st.op) return invalid_argument("step " + std::to_string(i) + " has no operator");
     NPURT_RETURN_IF_ERROR(st.op->validate().with_context(step_label(i, *st.op)));
-    const std::vector<ops::OpArg> sig = st.op->signature();
+    const std::vector<isa::ArgSpec> sig = st.op->signature();
     if (st.bindings.size() != sig.size()) {
       return step_error(i, *st.op, "binds " + std::to_string(st.bindings.size()) + " names to " +
                                        std::to_string(sig.size()) + " arguments");
@@ -235,7 +234,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
     const BufferInfo& info = an.buffers.at(name);
     const uint64_t bytes = isa::dtype_bytes(info.dtype, info.elements);
     uint64_t& end = arena_bytes[static_cast<int>(arena)];
-    end = align_up(end, align);
+    end = round_up(end, align);
     placed.push_back({name, arena, end, bytes, info.dtype, false});
     end += bytes;
   };
@@ -262,7 +261,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
   // lifetime overlaps its own.
   std::sort(intermediates.begin(), intermediates.end(),
             [](const Interval& a, const Interval& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name; });
-  const uint64_t base = align_up(arena_bytes[static_cast<int>(Arena::kScratch)], kPage);
+  const uint64_t base = round_up(arena_bytes[static_cast<int>(Arena::kScratch)], kPage);
   std::vector<std::pair<Interval, uint64_t>> done;
   uint64_t end = base;
   for (const Interval& iv : intermediates) {
@@ -274,7 +273,7 @@ std::vector<BufferPlacement> lay_out(const Analysis& an, const std::vector<std::
     uint64_t at = base;
     for (const auto& [lo, hi] : busy) {
       if (at + iv.bytes <= lo) break;
-      at = std::max(at, align_up(hi, kDeviceAlign));
+      at = std::max(at, round_up(hi, kDeviceAlign));
     }
     done.push_back({iv, at});
     const BufferInfo& info = an.buffers.at(iv.name);
@@ -348,7 +347,7 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   // builder tells it.
   isa::KernelBuilder probe("probe");
   ops::EmitContext probe_ctx{probe, ctx.target, ctx.signature, {}};
-  for (const ops::OpArg& a : ctx.signature) {
+  for (const isa::ArgSpec& a : ctx.signature) {
     probe_ctx.args.push_back(a.is_scalar() ? probe.arg_scalar(a.name, a.dtype) : probe.arg_buffer(a.name, a.access, a.dtype));
   }
   NPURT_ASSIGN_OR_RETURN(*grid, op.emit(probe_ctx));

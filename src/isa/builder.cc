@@ -5,10 +5,10 @@
 #include <limits>
 #include <utility>
 
+#include "npurt/base/math.h"
+
 namespace npurt::isa {
 namespace {
-
-constexpr uint64_t align16(uint64_t v) { return (v + 15) & ~uint64_t{15}; }
 
 constexpr uint8_t u8(auto e) { return static_cast<uint8_t>(e); }
 
@@ -51,9 +51,9 @@ Placement place(const std::string& name, const std::vector<ArgSpec>& args, size_
   p.strings_offset = p.args_offset + args.size() * sizeof(ArgRecord);
   p.strings_bytes = name.size();
   for (const ArgSpec& a : args) p.strings_bytes += a.name.size();
-  p.code_offset = align16(p.strings_offset + p.strings_bytes);
+  p.code_offset = round_up(p.strings_offset + p.strings_bytes, 16);
   p.code_bytes = num_insns * kInsnBytes;
-  p.const_offset = align16(p.code_offset + p.code_bytes);
+  p.const_offset = round_up(p.code_offset + p.code_bytes, 16);
   p.const_bytes = const_bytes;
   p.total_bytes = p.const_offset + p.const_bytes;
   return p;
@@ -89,7 +89,7 @@ uint8_t KernelBuilder::arg_scalar(std::string name, DType dtype) {
 }
 
 uint32_t KernelBuilder::add_constants(std::span<const uint8_t> bytes) {
-  constants_.resize(align16(constants_.size()), 0);
+  constants_.resize(round_up(constants_.size(), 16), 0);
   const size_t offset = constants_.size();
   constants_.insert(constants_.end(), bytes.begin(), bytes.end());
   if (constants_.size() > kMaxImageBytes) {

@@ -3,17 +3,12 @@
 #include <string>
 #include <utility>
 
+#include "npurt/base/math.h"
+#include "npurt/isa/numeric.h"
 #include "npurt/isa/verifier.h"
 
 namespace npurt::isa {
 namespace {
-
-std::string hex32(uint32_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "0x";
-  for (int shift = 28; shift >= 0; shift -= 4) out += kDigits[(v >> shift) & 0xF];
-  return out;
-}
 
 // A section [offset, offset + bytes) must end inside the image. The sum is formed in
 // 64 bits so a huge offset cannot wrap around to a small one.
@@ -26,7 +21,7 @@ Status check_section(std::string_view name, uint32_t offset, uint64_t bytes, uin
 
 Status check_identity(const ImageHeader& h) {
   if (h.magic != kImageMagic) {
-    return invalid_argument("image header: magic " + hex32(h.magic) + " is not " + hex32(kImageMagic));
+    return invalid_argument("image header: magic " + hex(h.magic, 8) + " is not " + hex(kImageMagic, 8));
   }
   if (h.version != kImageVersion) {
     return invalid_argument("image header: version " + std::to_string(h.version) + " is not " +
@@ -79,6 +74,8 @@ std::string_view access_name(Access a) {
   }
   return "invalid";
 }
+
+uint64_t ArgSpec::bytes() const { return is_scalar() ? 0 : dtype_bytes(dtype, elements); }
 
 // `bytes` may be exactly the image or a larger region that starts with it (a device
 // passes the rest of the GM block holding the image). Sections are checked against

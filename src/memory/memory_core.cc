@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "npurt/base/math.h"
+
 namespace npurt::memory_detail {
 namespace {
 
@@ -88,7 +90,7 @@ StatusOr<Buffer> MemoryCore::create_buffer(uint64_t bytes, const BufferOptions& 
   const std::string what = "create_buffer '" + options.name + "'";
   if (bytes == 0) return invalid_argument(what + ": size must be > 0");
   const uint64_t align = options.alignment;
-  if (align == 0 || (align & (align - 1)) != 0 || align > 4096) {
+  if (!is_pow2(align) || align > 4096) {
     return invalid_argument(what + ": alignment " + std::to_string(align) +
                             " is not a power of two <= 4096");
   }

@@ -12,6 +12,7 @@
 #include <limits>
 #include <utility>
 
+#include "npurt/base/math.h"
 #include "npurt/isa/numeric.h"
 
 namespace npurt::models {
@@ -346,7 +347,7 @@ Status GgufParser::place_tensors(GgufFile& f) {
   // The data section starts at the next multiple of the alignment; a file without
   // tensors may end before it.
   const uint64_t size = bytes_.size();
-  const uint64_t start = (pos_ + f.alignment_ - 1) / f.alignment_ * f.alignment_;
+  const uint64_t start = round_up(pos_, f.alignment_);
   f.data_offset_ = start;
   const uint64_t section = start <= size ? size - start : 0;
   for (size_t i = 0; i < f.tensors_.size(); ++i) {

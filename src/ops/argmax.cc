@@ -8,12 +8,6 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::RedOp;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
 
 constexpr char kOp[] = "argmax";
@@ -28,15 +22,14 @@ constexpr uint64_t kMaxRows = 65535;
 std::string Argmax::name() const { return std::string(kOp) + " f32 " + std::to_string(p_.n); }
 
 Status Argmax::validate() const {
-  if (p_.n == 0) return invalid_param(kOp, "n", "must be > 0");
-  if (p_.n > INT32_MAX) return invalid_param(kOp, "n", "must be < 2^31 (the index is i32)");
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "n", p_.n, INT32_MAX, "must be < 2^31 (the index is i32)"));
   if (p_.chunk > 65535) return invalid_param(kOp, "chunk", "must be <= 65535");
   if (ceil_div(p_.n, chunk()) > kMaxRows) return invalid_param(kOp, "chunk", "splits n into more than 65535 rows");
   return Status();
 }
 
-std::vector<OpArg> Argmax::signature() const {
-  return {OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.n), OpArg::buffer("index", isa::Access::kOut, DType::kI32, 1)};
+std::vector<ArgSpec> Argmax::signature() const {
+  return {ArgSpec::buffer("x", Access::kIn, DType::kF32, p_.n), ArgSpec::buffer("index", Access::kOut, DType::kI32, 1)};
 }
 
 uint64_t Argmax::chunk() const {
@@ -74,10 +67,8 @@ StatusOr<uint32_t> Argmax::emit(EmitContext& ctx) const {
   b.tdef(positions, DType::kI32, nload, 1, static_cast<uint32_t>(pos_at), slot);
   b.tred(RedOp::kMax, maxima, data);
   b.tred(RedOp::kArgmax, positions, data);
-  b.alui(AluOp::kMul, bytes, nload, static_cast<int64_t>(chunk) * 4);
-  b.alu(AluOp::kAdd, off, off, bytes);
-  b.alui(AluOp::kMul, bytes, nload, 4);
-  b.alu(AluOp::kAdd, slot, slot, bytes);
+  emit_advance(b, off, nload, static_cast<int64_t>(chunk) * 4, bytes);
+  emit_advance(b, slot, nload, 4, bytes);
   b.alu(AluOp::kSub, left, left, nload);
   b.loop_end();
   if (tail) {  // the short last row; off and slot point at it

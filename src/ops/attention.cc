@@ -1,27 +1,17 @@
 #include "npurt/ops/attention.h"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <limits>
 
 #include "npurt/isa/builder.h"
 #include "ops/emit_util.h"
-#include "ops/online_softmax.h"
+#include "ops/attention_common.h"
 
 namespace npurt::ops {
-
-using isa::AluOp;
-using isa::BinOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
 
 namespace {
 
 constexpr const char* kOp = "decode_attention";
-
-bool is_kv_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 // How one block's work unit (a sub-group of `heads` query heads of one kv group) uses
 // local memory: the scaled queries, the output accumulator, five per-head statistics
@@ -68,8 +58,6 @@ void emit_len_guard(isa::KernelBuilder& b, Reg len, int64_t max_len, Reg t0, Reg
   b.alu(AluOp::kDiv, t0, t1, t0);
 }
 
-int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
-
 // Bytes between consecutive positions of a cache.
 int64_t position_bytes(const DecodeAttentionParams& p) {
   return int64_t{p.n_kv_heads} * p.head_dim * static_cast<int64_t>(isa::dtype_size(p.kv_dtype));
@@ -88,7 +76,7 @@ struct Plan {
 };
 
 StatusOr<Plan> plan_for(const DecodeAttentionParams& p, const Target& target) {
-  const uint32_t cores = p.cores ? p.cores : target.cores;
+  const uint32_t cores = cores_of(p.cores, target);
   const uint32_t group = p.n_heads / p.n_kv_heads;
   Plan plan;
   plan.subgroups = subgroups_for(group, p.n_kv_heads, cores);
@@ -164,44 +152,22 @@ void emit_tile(isa::KernelBuilder& b, const DecodeAttentionParams& p, const Layo
 
 }  // namespace
 
-float DecodeAttention::effective_scale() const {
-  return p_.scale != 0 ? p_.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.head_dim)));
-}
-
-std::string DecodeAttention::name() const {
-  std::string n = std::string(kOp) + " " + std::string(isa::dtype_name(p_.kv_dtype)) + " h" +
-                  std::to_string(p_.n_heads) + "/kv" + std::to_string(p_.n_kv_heads) + " d" +
-                  std::to_string(p_.head_dim) + " max" + std::to_string(p_.max_len);
-  if (p_.window) n += " window" + std::to_string(p_.window);
-  return n;
-}
+std::string DecodeAttention::name() const { return attention_name(kOp, p_); }
 
 Status DecodeAttention::validate() const {
-  if (p_.n_heads == 0) return invalid_param(kOp, "n_heads", "must be > 0");
-  if (p_.n_heads > 65535) return invalid_param(kOp, "n_heads", "must be <= 65535 (tile rows)");
-  if (p_.n_kv_heads == 0) return invalid_param(kOp, "n_kv_heads", "must be > 0");
-  if (p_.n_heads % p_.n_kv_heads != 0) return invalid_param(kOp, "n_kv_heads", "must divide n_heads");
-  if (p_.head_dim == 0) return invalid_param(kOp, "head_dim", "must be > 0");
-  if (p_.head_dim > 65535) return invalid_param(kOp, "head_dim", "must be <= 65535 (one tile row)");
-  if (p_.max_len == 0) return invalid_param(kOp, "max_len", "must be > 0");
-  if (p_.max_len > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-    return invalid_param(kOp, "max_len", "must be <= 2^31 - 1 (len is i32)");
-  }
-  if (!std::isfinite(p_.scale) || p_.scale < 0) {
-    return invalid_param(kOp, "scale", "must be finite and >= 0 (0: 1/sqrt(head_dim))");
-  }
-  if (!is_kv_dtype(p_.kv_dtype)) return invalid_param(kOp, "kv_dtype", "must be f32, bf16 or f16");
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "n_heads", p_.n_heads, 65535, "must be <= 65535 (tile rows)"));
+  NPURT_RETURN_IF_ERROR(check_kv_heads(kOp, p_));
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "head_dim", p_.head_dim, 65535, "must be <= 65535 (one tile row)"));
+  NPURT_RETURN_IF_ERROR(check_max_len(kOp, p_, "len is i32"));
+  NPURT_RETURN_IF_ERROR(check_scale_and_kv_dtype(kOp, p_));
   if (p_.tile_t > p_.max_len) return invalid_param(kOp, "tile_t", "must be <= max_len");
   return Status();
 }
 
-std::vector<OpArg> DecodeAttention::signature() const {
-  const uint64_t q_elems = uint64_t{p_.n_heads} * p_.head_dim;
-  const uint64_t cache_elems = uint64_t{p_.max_len} * p_.n_kv_heads * p_.head_dim;
-  return {OpArg::buffer("q", isa::Access::kIn, DType::kF32, q_elems),
-          OpArg::buffer("k_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
-          OpArg::buffer("v_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
-          OpArg::buffer("out", isa::Access::kOut, DType::kF32, q_elems), OpArg::scalar("len", DType::kI32)};
+std::vector<ArgSpec> DecodeAttention::signature() const {
+  std::vector<ArgSpec> s = attention_buffers(p_, uint64_t{p_.n_heads} * p_.head_dim);
+  s.push_back(ArgSpec::scalar("len", DType::kI32));
+  return s;
 }
 
 StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
@@ -209,7 +175,7 @@ StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
   NPURT_ASSIGN_OR_RETURN(const Plan plan, plan_for(p_, target));
   const Layout& lay = plan.lay;
   const int64_t unit_q_bytes = int64_t{lay.heads} * p_.head_dim * 4;
-  const float scale = effective_scale();
+  const float scale = attention_scale(p_);
 
   isa::KernelBuilder& b = ctx.builder;
   const uint8_t q = ctx.arg("q");
@@ -262,24 +228,8 @@ void DecodeAttention::compute_reference(std::span<const HostArg> args) const {
   const std::vector<float> k = read_f32(args[1], p_.kv_dtype);
   const std::vector<float> v = read_f32(args[2], p_.kv_dtype);
   const int64_t first = p_.window ? std::max<int64_t>(0, len - p_.window) : 0;
-  const double scale = effective_scale();
-  for (uint64_t h = 0; h < H; ++h) {
-    const uint64_t g = h / (H / KV);
-    std::vector<double> score(len - first);
-    for (int64_t t = first; t < len; ++t) {
-      double dot = 0;
-      for (uint64_t d = 0; d < D; ++d) dot += static_cast<double>(q[h * D + d]) * k[(t * KV + g) * D + d];
-      score[t - first] = scale * dot;
-    }
-    const double max = *std::max_element(score.begin(), score.end());
-    double sum = 0;
-    for (double& x : score) sum += (x = std::exp(x - max));
-    for (uint64_t d = 0; d < D; ++d) {
-      double acc = 0;
-      for (int64_t t = first; t < len; ++t) acc += score[t - first] * v[(t * KV + g) * D + d];
-      out[h * D + d] = static_cast<float>(acc / sum);
-    }
-  }
+  const double scale = attention_scale(p_);
+  for (uint64_t h = 0; h < H; ++h) attend_reference(p_, &q[h * D], k, v, h / (H / KV), first, len, scale, &out[h * D]);
   write_f32(args[3], DType::kF32, out);
 }
 

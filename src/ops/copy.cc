@@ -5,14 +5,7 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
-
-bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 int64_t esize(DType t) { return static_cast<int64_t>(isa::dtype_size(t)); }
 
@@ -33,9 +26,9 @@ Status Copy::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Copy::signature() const {
-  return {OpArg::buffer("src", isa::Access::kIn, p_.src_dtype, p_.n),
-          OpArg::buffer("dst", isa::Access::kOut, p_.dst_dtype, p_.n)};
+std::vector<ArgSpec> Copy::signature() const {
+  return {ArgSpec::buffer("src", Access::kIn, p_.src_dtype, p_.n),
+          ArgSpec::buffer("dst", Access::kOut, p_.dst_dtype, p_.n)};
 }
 
 StatusOr<uint32_t> Copy::emit(EmitContext& ctx) const {
@@ -43,7 +36,7 @@ StatusOr<uint32_t> Copy::emit(EmitContext& ctx) const {
   const uint64_t tile = p_.tile ? std::min<uint64_t>(p_.tile, p_.n) : std::min(kTileElements, p_.n);
   NPURT_RETURN_IF_ERROR(local_fits("copy", "tile", tile * esize(p_.dst_dtype), target));
   const uint64_t chunks = ceil_div(p_.n, tile);
-  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(chunks, cores_of(p_.cores, target));
 
   isa::KernelBuilder& b = ctx.builder;
   const uint8_t src = ctx.arg("src");
@@ -62,10 +55,8 @@ StatusOr<uint32_t> Copy::emit(EmitContext& ctx) const {
   b.tdef(t, p_.dst_dtype, 1, cols, 0);
   b.tld(t, src, src_off, p_.src_dtype);
   b.tst(t, dst, dst_off, p_.dst_dtype);
-  b.alui(AluOp::kMul, bytes, cols, esize(p_.src_dtype));
-  b.alu(AluOp::kAdd, src_off, src_off, bytes);
-  b.alui(AluOp::kMul, bytes, cols, esize(p_.dst_dtype));
-  b.alu(AluOp::kAdd, dst_off, dst_off, bytes);
+  emit_advance(b, src_off, cols, esize(p_.src_dtype), bytes);
+  emit_advance(b, dst_off, cols, esize(p_.dst_dtype), bytes);
   b.alu(AluOp::kSub, left, left, cols);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(tile * esize(p_.dst_dtype)));
@@ -87,10 +78,8 @@ std::string StridedCopy::name() const {
 
 Status StridedCopy::validate() const {
   constexpr char op[] = "strided_copy";
-  if (p_.rows == 0) return invalid_param(op, "rows", "must be > 0");
-  if (p_.rows > UINT32_MAX) return invalid_param(op, "rows", "must be < 2^32");
-  if (p_.cols == 0) return invalid_param(op, "cols", "must be > 0");
-  if (p_.cols > 65535) return invalid_param(op, "cols", "must be <= 65535");
+  NPURT_RETURN_IF_ERROR(check_count(op, "rows", p_.rows, UINT32_MAX, "must be < 2^32"));
+  NPURT_RETURN_IF_ERROR(check_count(op, "cols", p_.cols, 65535, "must be <= 65535"));
   if (src_stride() < p_.cols) return invalid_param(op, "src_stride", "must be >= cols");
   if (dst_stride() < p_.cols) return invalid_param(op, "dst_stride", "must be >= cols");
   if (src_stride() > (uint64_t{1} << 40) || dst_stride() > (uint64_t{1} << 40)) {
@@ -105,13 +94,13 @@ Status StridedCopy::validate() const {
   return Status();
 }
 
-std::vector<OpArg> StridedCopy::signature() const {
-  std::vector<OpArg> s{
-      OpArg::buffer("src", isa::Access::kIn, p_.src_dtype, (src_rows() - 1) * src_stride() + p_.cols),
-      OpArg::buffer("dst", isa::Access::kInOut, p_.dst_dtype, (dst_rows() - 1) * dst_stride() + p_.cols)};
-  if (p_.dst_row_runtime) s.push_back(OpArg::scalar("dst_row", DType::kI32));
-  if (p_.src_row_runtime) s.push_back(OpArg::scalar("src_row", DType::kI32));
-  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+std::vector<ArgSpec> StridedCopy::signature() const {
+  std::vector<ArgSpec> s{
+      ArgSpec::buffer("src", Access::kIn, p_.src_dtype, (src_rows() - 1) * src_stride() + p_.cols),
+      ArgSpec::buffer("dst", Access::kInOut, p_.dst_dtype, (dst_rows() - 1) * dst_stride() + p_.cols)};
+  if (p_.dst_row_runtime) s.push_back(ArgSpec::scalar("dst_row", DType::kI32));
+  if (p_.src_row_runtime) s.push_back(ArgSpec::scalar("src_row", DType::kI32));
+  if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -121,11 +110,10 @@ StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
   const uint64_t rpt = p_.rows_per_tile
                            ? std::min<uint64_t>(p_.rows_per_tile, p_.rows)
                            : std::clamp<uint64_t>(kTileElements / p_.cols, 1,
-                                                  ceil_div(p_.rows, p_.cores ? p_.cores : target.cores));
+                                                  ceil_div(p_.rows, cores_of(p_.cores, target)));
   const int64_t tile_bytes = static_cast<int64_t>(rpt * p_.cols) * esize(p_.dst_dtype);
   NPURT_RETURN_IF_ERROR(local_fits(op, p_.rows_per_tile ? "rows_per_tile" : "cols", tile_bytes, target));
-  const uint64_t chunks = ceil_div(p_.rows, rpt);
-  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(ceil_div(p_.rows, rpt), cores_of(p_.cores, target));
   const int64_t src_row_bytes = static_cast<int64_t>(src_stride()) * esize(p_.src_dtype);
   const int64_t dst_row_bytes = static_cast<int64_t>(dst_stride()) * esize(p_.dst_dtype);
 
@@ -162,10 +150,8 @@ StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
   b.tdef(t, p_.dst_dtype, rows, static_cast<int>(p_.cols), 0);
   b.tld(t, src, src_off, p_.src_dtype, src_pitch);
   b.tst(t, dst, dst_off, p_.dst_dtype, dst_pitch);
-  b.alui(AluOp::kMul, bytes, rows, src_row_bytes);
-  b.alu(AluOp::kAdd, src_off, src_off, bytes);
-  b.alui(AluOp::kMul, bytes, rows, dst_row_bytes);
-  b.alu(AluOp::kAdd, dst_off, dst_off, bytes);
+  emit_advance(b, src_off, rows, src_row_bytes, bytes);
+  emit_advance(b, dst_off, rows, dst_row_bytes, bytes);
   b.alu(AluOp::kSub, left, left, rows);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(tile_bytes));
@@ -210,9 +196,9 @@ Status Transpose::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Transpose::signature() const {
-  return {OpArg::buffer("src", isa::Access::kIn, p_.dtype, p_.rows * p_.cols),
-          OpArg::buffer("dst", isa::Access::kOut, p_.dtype, p_.rows * p_.cols)};
+std::vector<ArgSpec> Transpose::signature() const {
+  return {ArgSpec::buffer("src", Access::kIn, p_.dtype, p_.rows * p_.cols),
+          ArgSpec::buffer("dst", Access::kOut, p_.dtype, p_.rows * p_.cols)};
 }
 
 // The identity's size is the multiply's inner dimension: each dst element costs
@@ -229,7 +215,7 @@ StatusOr<uint32_t> Transpose::emit(EmitContext& ctx) const {
   const uint64_t src_at = tc * tc * es, dst_at = src_at + tr * tc * es, local = dst_at + 4 * tc * tr;
   NPURT_RETURN_IF_ERROR(local_fits(op, "tile_rows", local, target));
   const uint64_t row_tiles = ceil_div(p_.rows, tr), items = row_tiles * ceil_div(p_.cols, tc);
-  const uint32_t grid = grid_for(items, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(items, cores_of(p_.cores, target));
 
   std::vector<float> identity(tc * tc, 0.f);
   for (uint64_t i = 0; i < tc; ++i) identity[i * tc + i] = 1.f;

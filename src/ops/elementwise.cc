@@ -8,11 +8,6 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
 
 const char* kind_name(ElementwiseKind k) {
@@ -25,8 +20,6 @@ const char* kind_name(ElementwiseKind k) {
   }
   return "?";
 }
-
-bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
 }  // namespace
 
@@ -54,11 +47,11 @@ Status Elementwise::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Elementwise::signature() const {
-  std::vector<OpArg> s{OpArg::buffer("a", isa::Access::kIn, p_.dtype, p_.n)};
-  if (binary()) s.push_back(OpArg::buffer("b", isa::Access::kIn, p_.dtype, p_.n));
-  s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, p_.n));
-  if (p_.row_elems) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+std::vector<ArgSpec> Elementwise::signature() const {
+  std::vector<ArgSpec> s{ArgSpec::buffer("a", Access::kIn, p_.dtype, p_.n)};
+  if (binary()) s.push_back(ArgSpec::buffer("b", Access::kIn, p_.dtype, p_.n));
+  s.push_back(ArgSpec::buffer("out", Access::kOut, p_.dtype, p_.n));
+  if (p_.row_elems) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -67,8 +60,7 @@ StatusOr<uint32_t> Elementwise::emit(EmitContext& ctx) const {
   // 4096 f32 elements per operand: two tiles use 32 KiB of local memory and each
   // instruction amortizes its dispatch over enough elements.
   const uint64_t tile = p_.tile ? p_.tile : std::min<uint64_t>(4096, p_.n);
-  const uint64_t chunks = ceil_div(p_.n, tile);
-  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(ceil_div(p_.n, tile), cores_of(p_.cores, target));
   const int64_t esize = static_cast<int64_t>(isa::dtype_size(p_.dtype));
 
   isa::KernelBuilder& b = ctx.builder;
@@ -101,8 +93,7 @@ StatusOr<uint32_t> Elementwise::emit(EmitContext& ctx) const {
       break;
   }
   b.tst(ta, out, off, p_.dtype);
-  b.alui(AluOp::kMul, bytes, cols, esize);
-  b.alu(AluOp::kAdd, off, off, bytes);
+  emit_advance(b, off, cols, esize, bytes);
   b.alu(AluOp::kSub, left, left, cols);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(tile * 8));

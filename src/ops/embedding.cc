@@ -11,11 +11,6 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
 
 constexpr const char* kOp = "embedding";
@@ -35,9 +30,8 @@ Status Embedding::validate() const {
   if (p_.vocab > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
     return invalid_param(kOp, "vocab", "must be <= 2^31 - 1 (tokens are i32)");
   }
-  if (p_.dim == 0) return invalid_param(kOp, "dim", "must be > 0");
-  if (p_.dim > 65535) return invalid_param(kOp, "dim", "must be <= 65535 (one tile row)");
-  if (!isa::dtype_is_valid(static_cast<uint8_t>(p_.dtype)) || p_.dtype == DType::kI32) {
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "dim", p_.dim, 65535, "must be <= 65535 (one tile row)"));
+  if (!is_weight_type(p_.dtype)) {
     return invalid_param(kOp, "dtype", "must be f32, bf16, f16 or a quantized block type");
   }
   if (isa::dtype_is_quantized(p_.dtype) && p_.dim % isa::dtype_block_elems(p_.dtype) != 0) {
@@ -49,16 +43,16 @@ Status Embedding::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Embedding::signature() const {
+std::vector<ArgSpec> Embedding::signature() const {
   if (p_.tokens) {
-    return {OpArg::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
-            OpArg::buffer("tokens", isa::Access::kIn, DType::kI32, p_.tokens),
-            OpArg::buffer("out", isa::Access::kOut, DType::kF32, uint64_t{p_.tokens} * p_.dim),
-            OpArg::scalar(kRowsScalar, DType::kI32)};
+    return {ArgSpec::buffer("table", Access::kIn, p_.dtype, p_.vocab * p_.dim),
+            ArgSpec::buffer("tokens", Access::kIn, DType::kI32, p_.tokens),
+            ArgSpec::buffer("out", Access::kOut, DType::kF32, uint64_t{p_.tokens} * p_.dim),
+            ArgSpec::scalar(kRowsScalar, DType::kI32)};
   }
-  return {OpArg::buffer("table", isa::Access::kIn, p_.dtype, p_.vocab * p_.dim),
-          OpArg::scalar("token", DType::kI32),
-          OpArg::buffer("out", isa::Access::kOut, DType::kF32, p_.dim)};
+  return {ArgSpec::buffer("table", Access::kIn, p_.dtype, p_.vocab * p_.dim),
+          ArgSpec::scalar("token", DType::kI32),
+          ArgSpec::buffer("out", Access::kOut, DType::kF32, p_.dim)};
 }
 
 StatusOr<uint32_t> Embedding::emit(EmitContext& ctx) const {
@@ -95,7 +89,7 @@ StatusOr<uint32_t> Embedding::emit(EmitContext& ctx) const {
 StatusOr<uint32_t> Embedding::emit_batched(EmitContext& ctx) const {
   const Target& target = ctx.target;
   const uint64_t rpt = std::clamp<uint64_t>(kTileElements / p_.dim, 1, p_.tokens);
-  const uint64_t index_bytes = (rpt * 4 + 63) / 64 * 64;
+  const uint64_t index_bytes = align64(rpt * 4);
   NPURT_RETURN_IF_ERROR(local_fits(kOp, "dim", index_bytes + rpt * p_.dim * 4, target));
   const uint32_t grid = grid_for(ceil_div(p_.tokens, rpt), target.cores);
   const int64_t out_row_bytes = int64_t{p_.dim} * 4;
@@ -120,10 +114,8 @@ StatusOr<uint32_t> Embedding::emit_batched(EmitContext& ctx) const {
   b.tgather(row, table, index, pitch, p_.dtype);
   if (p_.scale != 1.0f) b.tsop(isa::BinOp::kMul, row, row, scale);
   b.tst(row, out, out_off, DType::kF32);
-  b.alui(AluOp::kMul, bytes, rows, 4);
-  b.alu(AluOp::kAdd, id_off, id_off, bytes);
-  b.alui(AluOp::kMul, bytes, rows, out_row_bytes);
-  b.alu(AluOp::kAdd, out_off, out_off, bytes);
+  emit_advance(b, id_off, rows, 4, bytes);
+  emit_advance(b, out_off, rows, out_row_bytes, bytes);
   b.alu(AluOp::kSub, left, left, rows);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(index_bytes + rpt * p_.dim * 4));

@@ -1,21 +1,47 @@
-// Code-emission helpers shared by the operator kernels (private to ops/).
+// Helpers shared by the operators: parameter checks and code emission (private to ops/).
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "npurt/base/math.h"
 #include "npurt/isa/builder.h"
 #include "npurt/ops/operator.h"
 
 namespace npurt::ops {
 
+// The ISA names every operator's signature and code use.
+using isa::Access;
+using isa::AluOp;
+using isa::ArgSpec;
+using isa::BinOp;
+using isa::DType;
+using isa::RedOp;
+using isa::Reg;
+using isa::Tile;
+using isa::UnOp;
+
 // Default tile size of the elementwise-style operators: enough elements to amortize
 // each instruction's dispatch.
 inline constexpr uint64_t kTileElements = 16384;
 
-inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+// TDEF immediate dimensions are 16-bit.
+inline constexpr uint64_t kMaxTileDim = 65535;
+
+// The plain float types operators take for activations and caches.
+inline bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// What weight tables may hold: a plain float type or a quantized block type.
+inline bool is_weight_type(DType t) { return is_float_io(t) || isa::dtype_is_quantized(t); }
+
+// An f32 constant as the register bits LI loads (TSOP and TFILL read the low 32 bits).
+inline int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
+
+// Local-memory layouts start their tiles at multiples of 64 bytes.
+inline uint64_t align64(uint64_t v) { return round_up(v, 64); }
 
 // Splits `chunks` work items into contiguous ranges, one per block of a `grid`-block
 // launch: block b handles [first, first + count) with per = ceil(chunks / grid),
@@ -23,7 +49,6 @@ inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // `first` and `count` in registers (`bid` must hold the block id).
 inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks, int64_t grid, isa::Reg first,
                              isa::Reg count) {
-  using isa::AluOp;
   const int64_t per = (chunks + grid - 1) / grid;
   b.alui(AluOp::kMul, first, bid, per);
   b.li(count, chunks);
@@ -37,7 +62,6 @@ inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks
 // count 0.
 inline void emit_block_range_at_run_time(isa::KernelBuilder& b, isa::Reg bid, isa::Reg chunks, int64_t grid,
                                          isa::Reg first, isa::Reg count, isa::Reg per) {
-  using isa::AluOp;
   b.alui(AluOp::kMax, per, chunks, 0);
   b.alui(AluOp::kAdd, per, per, grid - 1);
   b.alui(AluOp::kDiv, per, per, grid);
@@ -45,6 +69,13 @@ inline void emit_block_range_at_run_time(isa::KernelBuilder& b, isa::Reg bid, is
   b.alu(AluOp::kSub, count, chunks, first);
   b.alu(AluOp::kMin, count, count, per);
   b.alui(AluOp::kMax, count, count, 0);
+}
+
+// off += count * stride: an offset moved by a register count of rows, tiles or
+// elements (clobbers `scratch`).
+inline void emit_advance(isa::KernelBuilder& b, isa::Reg off, isa::Reg count, int64_t stride, isa::Reg scratch) {
+  b.alui(isa::AluOp::kMul, scratch, count, stride);
+  b.alu(isa::AluOp::kAdd, off, off, scratch);
 }
 
 // dst = ceil(src / d) for a non-negative src register.
@@ -81,12 +112,25 @@ inline void emit_row_tiles(isa::KernelBuilder& b, const EmitContext& ctx, bool r
   emit_block_range_at_run_time(b, r.bid, r.tiles, grid, r.first, r.count, r.per);
 }
 
+// The blocks an operator splits its work over: its `cores` parameter, or the
+// target's cores when that is 0.
+inline uint32_t cores_of(uint32_t cores, const Target& target) { return cores ? cores : target.cores; }
+
 // Number of blocks for `chunks` work items on `cores` cores: one block per core, no
 // more blocks than items.
 inline uint32_t grid_for(uint64_t chunks, uint32_t cores) {
   return static_cast<uint32_t>(std::max<uint64_t>(1, std::min<uint64_t>(chunks, cores)));
 }
 
+
+// kOk when 1 <= value <= max; otherwise the error naming `param`: "must be > 0", or
+// `over_max`.
+inline Status check_count(std::string_view op, std::string_view param, uint64_t value, uint64_t max,
+                          std::string_view over_max) {
+  if (value == 0) return invalid_param(op, param, "must be > 0");
+  if (value > max) return invalid_param(op, param, over_max);
+  return Status();
+}
 
 // kOk when `bytes` of tiles fit the target's local memory; otherwise the error every
 // operator gives, naming the parameter that sized them.

@@ -7,18 +7,9 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
 
-constexpr uint64_t kMaxTileDim = 65535;  // TDEF immediate dimensions are 16-bit
-
 bool is_io_type(DType t) { return t == DType::kF32 || t == DType::kBF16; }
-
-uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
 
 // Tile sizes, grid and local-memory layout of one kernel.
 struct GemmPlan {
@@ -41,7 +32,7 @@ void lay_out(GemmPlan& plan, uint64_t esize) {
 // cores, columns are split further so every core gets work.
 GemmPlan plan_gemm(const GemmParams& p, const Target& target) {
   const uint64_t esize = isa::dtype_size(p.dtype);
-  const uint32_t cores = p.cores ? p.cores : target.cores;
+  const uint32_t cores = cores_of(p.cores, target);
   GemmPlan plan;
   plan.tm = std::min<uint64_t>(p.tile_m ? p.tile_m : 128, p.m);
   plan.tn = std::min<uint64_t>(p.tile_n ? p.tile_n : 128, p.n);
@@ -102,10 +93,10 @@ Status Gemm::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Gemm::signature() const {
-  return {OpArg::buffer("a", isa::Access::kIn, p_.dtype, p_.m * p_.k),
-          OpArg::buffer("b", isa::Access::kIn, p_.dtype, p_.k * p_.n),
-          OpArg::buffer("c", isa::Access::kOut, p_.out_dtype, p_.m * p_.n)};
+std::vector<ArgSpec> Gemm::signature() const {
+  return {ArgSpec::buffer("a", Access::kIn, p_.dtype, p_.m * p_.k),
+          ArgSpec::buffer("b", Access::kIn, p_.dtype, p_.k * p_.n),
+          ArgSpec::buffer("c", Access::kOut, p_.out_dtype, p_.m * p_.n)};
 }
 
 StatusOr<uint32_t> Gemm::emit(EmitContext& ctx) const {

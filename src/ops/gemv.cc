@@ -9,29 +9,7 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
-
-constexpr uint64_t kMaxTileDim = 65535;  // TDEF immediate dimensions are 16-bit
-
-bool is_weight_type(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kBF16:
-    case DType::kF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ5_0:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K: return true;
-    default: return false;
-  }
-}
 
 const char* epilogue_name(GemvEpilogue e) {
   switch (e) {
@@ -41,8 +19,6 @@ const char* epilogue_name(GemvEpilogue e) {
   }
   return " ?";
 }
-
-uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
 
 // Tile sizes, grid and local-memory layout of one kernel. Weights never enter local
 // memory (TMV streams them from GM); local memory holds x (or a k chunk of it) and
@@ -61,7 +37,7 @@ struct GemvPlan {
 // split evenly over the blocks; k is split only where x cannot be one tile.
 GemvPlan plan_gemv(const GemvParams& p, const Target& target) {
   const uint64_t block = isa::dtype_block_elems(p.weight);
-  const uint32_t cores = p.cores ? p.cores : target.cores;
+  const uint32_t cores = cores_of(p.cores, target);
   GemvPlan plan;
   if (p.k_tile) {
     plan.k_tile = std::min<uint64_t>(p.k_tile, p.k);
@@ -107,7 +83,7 @@ std::string Gemv::name() const {
 Status Gemv::validate() const {
   if (p_.m == 0) return invalid_param("gemv", "m", "must be > 0");
   if (p_.k == 0) return invalid_param("gemv", "k", "must be > 0");
-  if (!isa::dtype_is_valid(static_cast<uint8_t>(p_.weight)) || !is_weight_type(p_.weight)) {
+  if (!is_weight_type(p_.weight)) {
     return invalid_param("gemv", "weight", "must be f32, bf16, f16, q8_0, q4_0, q5_0, q4_K, q5_K or q6_K");
   }
   if (static_cast<uint8_t>(p_.epilogue) > static_cast<uint8_t>(GemvEpilogue::kSilu)) {
@@ -125,10 +101,10 @@ Status Gemv::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Gemv::signature() const {
-  return {OpArg::buffer("w", isa::Access::kIn, p_.weight, p_.m * p_.k),
-          OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.k),
-          OpArg::buffer("y", isa::Access::kOut, DType::kF32, p_.m)};
+std::vector<ArgSpec> Gemv::signature() const {
+  return {ArgSpec::buffer("w", Access::kIn, p_.weight, p_.m * p_.k),
+          ArgSpec::buffer("x", Access::kIn, DType::kF32, p_.k),
+          ArgSpec::buffer("y", Access::kOut, DType::kF32, p_.m)};
 }
 
 StatusOr<uint32_t> Gemv::emit(EmitContext& ctx) const {

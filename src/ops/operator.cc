@@ -1,13 +1,10 @@
 #include "npurt/ops/operator.h"
 
 #include <bit>
-#include <cstring>
 
 #include "npurt/isa/numeric.h"
 
 namespace npurt::ops {
-
-uint64_t OpArg::bytes() const { return is_scalar() ? 0 : isa::dtype_bytes(dtype, elements); }
 
 HostArg HostArg::f32(float v) { return {{}, std::bit_cast<uint32_t>(v), true}; }
 
@@ -30,7 +27,7 @@ StatusOr<Kernel> Operator::compile(const Target& target) const {
   if (target.cores == 0) return invalid_param(name(), "target.cores", "must be > 0");
   isa::KernelBuilder b(name());
   EmitContext ctx{b, target, signature(), {}};
-  for (const OpArg& a : ctx.signature) {
+  for (const isa::ArgSpec& a : ctx.signature) {
     ctx.args.push_back(a.is_scalar() ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
   }
   StatusOr<uint32_t> grid = emit(ctx);
@@ -44,7 +41,7 @@ StatusOr<Kernel> Operator::compile(const Target& target) const {
 
 Status Operator::reference(std::span<const HostArg> args) const {
   NPURT_RETURN_IF_ERROR(validate());
-  const std::vector<OpArg> sig = signature();
+  const std::vector<isa::ArgSpec> sig = signature();
   if (args.size() != sig.size()) {
     return invalid_argument(name() + ": reference needs " + std::to_string(sig.size()) +
                                                     " arguments, got " + std::to_string(args.size()));

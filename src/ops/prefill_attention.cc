@@ -1,31 +1,19 @@
 #include "npurt/ops/prefill_attention.h"
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <limits>
 #include <vector>
 
 #include "npurt/isa/builder.h"
 #include "ops/emit_util.h"
-#include "ops/online_softmax.h"
+#include "ops/attention_common.h"
 
 namespace npurt::ops {
-
-using isa::AluOp;
-using isa::BinOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
 
 namespace {
 
 constexpr const char* kOp = "prefill_attention";
 constexpr uint32_t kMaxTileQ = 16;
-
-bool is_kv_dtype(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
-int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
-uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
 
 // Local memory of one work unit: rows = tile_q x group query rows.
 struct Layout {
@@ -59,10 +47,6 @@ void emit_fault_if_negative(isa::KernelBuilder& b, Reg value) {
 
 }  // namespace
 
-float PrefillAttention::effective_scale() const {
-  return p_.scale != 0 ? p_.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p_.head_dim)));
-}
-
 // The largest divisor of the window (any size without one) up to kMaxTileQ tokens.
 uint32_t PrefillAttention::tile_q() const {
   if (p_.tile_q) return p_.tile_q;
@@ -75,32 +59,19 @@ uint32_t PrefillAttention::tile_q() const {
 }
 
 std::string PrefillAttention::name() const {
-  std::string n = std::string(kOp) + " " + std::string(isa::dtype_name(p_.kv_dtype)) + " h" +
-                  std::to_string(p_.n_heads) + "/kv" + std::to_string(p_.n_kv_heads) + " d" +
-                  std::to_string(p_.head_dim) + " max" + std::to_string(p_.max_len) + " tokens" +
-                  std::to_string(p_.tokens);
-  if (p_.window) n += " window" + std::to_string(p_.window);
-  return n;
+  return attention_name(kOp, p_, " tokens" + std::to_string(p_.tokens));
 }
 
 Status PrefillAttention::validate() const {
   if (p_.n_heads == 0) return invalid_param(kOp, "n_heads", "must be > 0");
-  if (p_.n_kv_heads == 0) return invalid_param(kOp, "n_kv_heads", "must be > 0");
-  if (p_.n_heads % p_.n_kv_heads != 0) return invalid_param(kOp, "n_kv_heads", "must divide n_heads");
+  NPURT_RETURN_IF_ERROR(check_kv_heads(kOp, p_));
   if (p_.head_dim == 0) return invalid_param(kOp, "head_dim", "must be > 0");
   if (uint64_t{p_.head_dim} * (p_.n_heads / p_.n_kv_heads) > 65535) {
     return invalid_param(kOp, "head_dim", "times the query heads per kv head must be <= 65535 (one tile row)");
   }
-  if (p_.max_len == 0) return invalid_param(kOp, "max_len", "must be > 0");
-  if (p_.max_len > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
-    return invalid_param(kOp, "max_len", "must be <= 2^31 - 1 (positions are i32)");
-  }
-  if (p_.tokens == 0) return invalid_param(kOp, "tokens", "must be > 0");
-  if (p_.tokens > p_.max_len) return invalid_param(kOp, "tokens", "must be <= max_len");
-  if (!std::isfinite(p_.scale) || p_.scale < 0) {
-    return invalid_param(kOp, "scale", "must be finite and >= 0 (0: 1/sqrt(head_dim))");
-  }
-  if (!is_kv_dtype(p_.kv_dtype)) return invalid_param(kOp, "kv_dtype", "must be f32, bf16 or f16");
+  NPURT_RETURN_IF_ERROR(check_max_len(kOp, p_, "positions are i32"));
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "tokens", p_.tokens, p_.max_len, "must be <= max_len"));
+  NPURT_RETURN_IF_ERROR(check_scale_and_kv_dtype(kOp, p_));
   if (p_.tile_q) {
     if (p_.tile_q > p_.tokens) return invalid_param(kOp, "tile_q", "must be <= tokens");
     if (p_.window && p_.window % p_.tile_q != 0) return invalid_param(kOp, "tile_q", "must divide window");
@@ -108,15 +79,11 @@ Status PrefillAttention::validate() const {
   return Status();
 }
 
-std::vector<OpArg> PrefillAttention::signature() const {
-  const uint64_t q_elems = uint64_t{p_.tokens} * p_.n_heads * p_.head_dim;
-  const uint64_t cache_elems = uint64_t{p_.max_len} * p_.n_kv_heads * p_.head_dim;
-  return {OpArg::buffer("q", isa::Access::kIn, DType::kF32, q_elems),
-          OpArg::buffer("k_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
-          OpArg::buffer("v_cache", isa::Access::kIn, p_.kv_dtype, cache_elems),
-          OpArg::buffer("out", isa::Access::kOut, DType::kF32, q_elems),
-          OpArg::scalar("pos", DType::kI32),
-          OpArg::scalar(kRowsScalar, DType::kI32)};
+std::vector<ArgSpec> PrefillAttention::signature() const {
+  std::vector<ArgSpec> s = attention_buffers(p_, uint64_t{p_.tokens} * p_.n_heads * p_.head_dim);
+  s.push_back(ArgSpec::scalar("pos", DType::kI32));
+  s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
+  return s;
 }
 
 StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
@@ -126,11 +93,11 @@ StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
   Layout lay{tq * group, tq, p_.head_dim, isa::dtype_size(p_.kv_dtype)};
   NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.tile_q ? "tile_q" : "head_dim", lay.end(), target));
   const uint64_t max_units = ceil_div(p_.tokens, tq) * p_.n_kv_heads;
-  const uint32_t grid = grid_for(max_units, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(max_units, cores_of(p_.cores, target));
   const int64_t pos_bytes = int64_t{p_.n_kv_heads} * p_.head_dim * static_cast<int64_t>(lay.kv_esize);
   const int64_t token_q_bytes = int64_t{p_.n_heads} * p_.head_dim * 4;
   const int64_t itq = static_cast<int64_t>(tq);
-  const float scale = effective_scale();
+  const float scale = attention_scale(p_);
 
   // Additive masks, rows x tq each, row r being query token r / group of the tile:
   // causal (diagonal tile: key c is after token a when c > a), window edge (key c is
@@ -211,8 +178,7 @@ StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
   b.alui(AluOp::kMin, kTokens, kTokens, itq);
   b.alui(AluOp::kMul, kQRows, kTokens, group);
   b.alu(AluOp::kAdd, kP0, kPos, kI0);
-  b.alui(AluOp::kMul, kTmp, kI0, token_q_bytes);
-  b.alu(AluOp::kAdd, kQOff, kQOff, kTmp);
+  emit_advance(b, kQOff, kI0, token_q_bytes, kTmp);
   // The unit's queries: tokens x (group heads of dim) in GM, the same bytes as
   // (tokens * group) x dim rows locally.
   b.tdef(kQWide, DType::kF32, kTokens, static_cast<int>(group * p_.head_dim), static_cast<uint32_t>(lay.q()));
@@ -271,8 +237,7 @@ StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
   } else {
     b.li(kMaskOff, none_at);
   }
-  b.alui(AluOp::kMul, kTmp, kClip, 4);
-  b.alu(AluOp::kAdd, kMaskOff, kMaskOff, kTmp);
+  emit_advance(b, kMaskOff, kClip, 4, kTmp);
   emit_key_tile(true);
   b.loop_end();
 
@@ -297,27 +262,13 @@ void PrefillAttention::compute_reference(std::span<const HostArg> args) const {
   const std::vector<float> q = read_f32(args[0], DType::kF32);
   const std::vector<float> k = read_f32(args[1], p_.kv_dtype);
   const std::vector<float> v = read_f32(args[2], p_.kv_dtype);
-  const double scale = effective_scale();
+  const double scale = attention_scale(p_);
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t len = pos + i + 1;
     const int64_t first = p_.window ? std::max<int64_t>(0, len - p_.window) : 0;
     for (uint64_t h = 0; h < H; ++h) {
-      const uint64_t g = h / (H / KV);
-      const float* qh = &q[(i * H + h) * D];
-      std::vector<double> score(len - first);
-      for (int64_t t = first; t < len; ++t) {
-        double dot = 0;
-        for (uint64_t d = 0; d < D; ++d) dot += static_cast<double>(qh[d]) * k[(t * KV + g) * D + d];
-        score[t - first] = scale * dot;
-      }
-      const double max = *std::max_element(score.begin(), score.end());
-      double sum = 0;
-      for (double& x : score) sum += (x = std::exp(x - max));
-      for (uint64_t d = 0; d < D; ++d) {
-        double acc = 0;
-        for (int64_t t = first; t < len; ++t) acc += score[t - first] * v[(t * KV + g) * D + d];
-        out[(i * H + h) * D + d] = static_cast<float>(acc / sum);
-      }
+      const uint64_t at = (i * H + h) * D;
+      attend_reference(p_, &q[at], k, v, h / (H / KV), first, len, scale, &out[at]);
     }
   }
   write_f32(args[3], DType::kF32, out);

@@ -1,7 +1,6 @@
 #include "npurt/ops/rmsnorm.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include "npurt/isa/builder.h"
@@ -9,19 +8,9 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::BinOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
 
 constexpr char kOp[] = "rmsnorm";
-
-bool is_float_io(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
-
-int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
 
 }  // namespace
 
@@ -31,21 +20,19 @@ std::string RmsNorm::name() const {
 }
 
 Status RmsNorm::validate() const {
-  if (p_.rows == 0) return invalid_param(kOp, "rows", "must be > 0");
-  if (p_.rows > UINT32_MAX) return invalid_param(kOp, "rows", "must be < 2^32");
-  if (p_.dim == 0) return invalid_param(kOp, "dim", "must be > 0");
-  if (p_.dim > 65535) return invalid_param(kOp, "dim", "must be <= 65535");
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "rows", p_.rows, UINT32_MAX, "must be < 2^32"));
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "dim", p_.dim, 65535, "must be <= 65535"));
   if (!std::isfinite(p_.eps) || p_.eps < 0) return invalid_param(kOp, "eps", "must be finite and >= 0");
   if (!is_float_io(p_.dtype)) return invalid_param(kOp, "dtype", "must be f32, bf16 or f16");
   return Status();
 }
 
-std::vector<OpArg> RmsNorm::signature() const {
+std::vector<ArgSpec> RmsNorm::signature() const {
   const uint64_t n = p_.rows * p_.dim;
-  std::vector<OpArg> s{OpArg::buffer("x", isa::Access::kIn, p_.dtype, n)};
-  if (p_.weighted) s.push_back(OpArg::buffer("w", isa::Access::kIn, DType::kF32, p_.dim));
-  s.push_back(OpArg::buffer("out", isa::Access::kOut, p_.dtype, n));
-  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+  std::vector<ArgSpec> s{ArgSpec::buffer("x", Access::kIn, p_.dtype, n)};
+  if (p_.weighted) s.push_back(ArgSpec::buffer("w", Access::kIn, DType::kF32, p_.dim));
+  s.push_back(ArgSpec::buffer("out", Access::kOut, p_.dtype, n));
+  if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -57,7 +44,7 @@ uint64_t RmsNorm::local_bytes(uint64_t rows_per_tile) const {
 uint64_t RmsNorm::rows_per_tile(const Target& target) const {
   if (p_.rows_per_tile) return std::min<uint64_t>(p_.rows_per_tile, p_.rows);
   // Spread the rows over the cores, but keep each tile within kTileElements.
-  const uint64_t per_core = ceil_div(p_.rows, p_.cores ? p_.cores : target.cores);
+  const uint64_t per_core = ceil_div(p_.rows, cores_of(p_.cores, target));
   return std::max<uint64_t>(1, std::min<uint64_t>(per_core, kTileElements / p_.dim));
 }
 
@@ -65,8 +52,7 @@ StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
   const Target& target = ctx.target;
   const uint64_t rpt = rows_per_tile(target);
   NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.rows_per_tile ? "rows_per_tile" : "dim", local_bytes(rpt), target));
-  const uint64_t chunks = ceil_div(p_.rows, rpt);
-  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(ceil_div(p_.rows, rpt), cores_of(p_.cores, target));
   const int64_t row_bytes = static_cast<int64_t>(p_.dim * isa::dtype_size(p_.dtype));
   const uint32_t scale_at = static_cast<uint32_t>(4 * rpt * p_.dim);
   const uint32_t weight_at = static_cast<uint32_t>(scale_at + 4 * rpt);
@@ -103,8 +89,7 @@ StatusOr<uint32_t> RmsNorm::emit(EmitContext& ctx) const {
   b.tbin(BinOp::kMul, tx, tx, tscale, isa::kBcastCol);
   if (p_.weighted) b.tbin(BinOp::kMul, tx, tx, tw, isa::kBcastRow);
   b.tst(tx, out, off, p_.dtype);
-  b.alui(AluOp::kMul, bytes, rows, row_bytes);
-  b.alu(AluOp::kAdd, off, off, bytes);
+  emit_advance(b, off, rows, row_bytes, bytes);
   b.alu(AluOp::kSub, left, left, rows);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(local_bytes(rpt)));

@@ -9,13 +9,6 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::BinOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-using isa::UnOp;
-
 namespace {
 
 constexpr char kOp[] = "rope";
@@ -65,8 +58,7 @@ std::string Rope::name() const {
 }
 
 Status Rope::validate() const {
-  if (p_.n_heads == 0) return invalid_param(kOp, "n_heads", "must be > 0");
-  if (p_.n_heads > 65535) return invalid_param(kOp, "n_heads", "must be <= 65535 (tile rows)");
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "n_heads", p_.n_heads, 65535, "must be <= 65535 (tile rows)"));
   if (p_.head_dim == 0) return invalid_param(kOp, "head_dim", "must be > 0");
   if (p_.head_dim % 2 != 0) return invalid_param(kOp, "head_dim", "must be even");
   if (p_.head_dim > 65534) return invalid_param(kOp, "head_dim", "must be <= 65534");
@@ -75,12 +67,12 @@ Status Rope::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Rope::signature() const {
+std::vector<ArgSpec> Rope::signature() const {
   const uint64_t n = uint64_t{p_.n_heads} * p_.head_dim * std::max<uint32_t>(1, p_.tokens);
-  std::vector<OpArg> s{OpArg::buffer("x", isa::Access::kIn, DType::kF32, n),
-                       OpArg::buffer("out", isa::Access::kOut, DType::kF32, n), OpArg::scalar("pos", DType::kI32),
-                       OpArg::scalar("base", DType::kF32)};
-  if (p_.tokens) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+  std::vector<ArgSpec> s{ArgSpec::buffer("x", Access::kIn, DType::kF32, n),
+                         ArgSpec::buffer("out", Access::kOut, DType::kF32, n), ArgSpec::scalar("pos", DType::kI32),
+                         ArgSpec::scalar("base", DType::kF32)};
+  if (p_.tokens) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -105,7 +97,7 @@ StatusOr<uint32_t> Rope::emit(EmitContext& ctx) const {
   const uint64_t hpt = heads_per_tile();
   NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.heads_per_tile ? "heads_per_tile" : "head_dim", local_bytes(hpt), target));
   const uint64_t chunks = ceil_div(p_.n_heads, hpt);
-  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(chunks, cores_of(p_.cores, target));
   const uint32_t rot = rotary_dim(), half = rot / 2, tail = p_.head_dim - rot;
   const int64_t head_bytes = int64_t{p_.head_dim} * 4;
   const uint32_t table_bytes = half * 4, part_bytes = static_cast<uint32_t>(hpt * half * 4);
@@ -158,8 +150,7 @@ StatusOr<uint32_t> Rope::emit(EmitContext& ctx) const {
   b.tdef(tp2, DType::kF32, heads, static_cast<int>(half), p2_at);
   emit_rotation(b, {tx1, tx2, tp1, tp2, ttail, tcos, tsin}, {x, out, off, off2, stride, scratch}, heads,
                 {half, rot, tail, static_cast<uint32_t>(tail_at)}, isa::kBcastRow);
-  b.alui(AluOp::kMul, bytes, heads, head_bytes);
-  b.alu(AluOp::kAdd, off, off, bytes);
+  emit_advance(b, off, heads, head_bytes, bytes);
   b.alu(AluOp::kSub, left, left, heads);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(local_bytes(hpt)));
@@ -185,12 +176,12 @@ StatusOr<uint32_t> Rope::emit_batched(EmitContext& ctx) const {
   const uint64_t rpt = tpt * p_.n_heads;
   const uint32_t rot = rotary_dim(), half = rot / 2, tail = p_.head_dim - rot;
   const uint32_t table = half * 4, part = static_cast<uint32_t>(rpt * half * 4);
-  const uint32_t inv_at = table, pos_at = 2 * table, cos_at = static_cast<uint32_t>(pos_at + (rpt * 4 + 63) / 64 * 64),
+  const uint32_t inv_at = table, pos_at = 2 * table, cos_at = static_cast<uint32_t>(pos_at + align64(rpt * 4)),
                  sin_at = cos_at + part, x1_at = sin_at + part, x2_at = x1_at + part, p1_at = x2_at + part,
                  p2_at = p1_at + part, tail_at = p2_at + part;
   const uint64_t local = tail_at + rpt * tail * 4;
   NPURT_RETURN_IF_ERROR(local_fits(kOp, "head_dim", local, target));
-  const uint32_t grid = grid_for(ceil_div(p_.tokens, tpt), p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(ceil_div(p_.tokens, tpt), cores_of(p_.cores, target));
   const int64_t head_bytes = int64_t{p_.head_dim} * 4;
 
   std::vector<float> exponents(half);
@@ -246,8 +237,7 @@ StatusOr<uint32_t> Rope::emit_batched(EmitContext& ctx) const {
   b.tun(UnOp::kCos, tcos, tcos);
   emit_rotation(b, {tx1, tx2, tp1, tp2, ttail, tcos, tsin}, {x, out, off, off2, stride, scratch}, rows,
                 {half, rot, tail, static_cast<uint32_t>(tail_at)}, isa::kBcastNone);
-  b.alui(AluOp::kMul, bytes, rows, head_bytes);
-  b.alu(AluOp::kAdd, off, off, bytes);
+  emit_advance(b, off, rows, head_bytes, bytes);
   b.alu(AluOp::kSub, left, left, rows);
   b.alui(AluOp::kAdd, tok, tok, static_cast<int64_t>(tpt));
   b.loop_end();

@@ -7,13 +7,6 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::BinOp;
-using isa::DType;
-using isa::Reg;
-using isa::RedOp;
-using isa::Tile;
-
 namespace {
 
 constexpr char kOp[] = "softmax";
@@ -50,10 +43,8 @@ std::string Softmax::name() const {
 }
 
 Status Softmax::validate() const {
-  if (p_.rows == 0) return invalid_param(kOp, "rows", "must be > 0");
-  if (p_.rows > INT32_MAX) return invalid_param(kOp, "rows", "must be < 2^31");
-  if (p_.cols == 0) return invalid_param(kOp, "cols", "must be > 0");
-  if (p_.cols > 65535) return invalid_param(kOp, "cols", "must be <= 65535");
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "rows", p_.rows, INT32_MAX, "must be < 2^31"));
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "cols", p_.cols, 65535, "must be <= 65535"));
   if (p_.window && !p_.causal) return invalid_param(kOp, "window", "needs causal");
   if (p_.offset && !p_.causal) return invalid_param(kOp, "offset", "needs causal");
   if (p_.offset && (*p_.offset > kMaxOffset || *p_.offset < -kMaxOffset)) {
@@ -62,14 +53,14 @@ Status Softmax::validate() const {
   return Status();
 }
 
-std::vector<OpArg> Softmax::signature() const {
+std::vector<ArgSpec> Softmax::signature() const {
   const uint64_t n = p_.rows * p_.cols;
-  return {OpArg::buffer("x", isa::Access::kIn, DType::kF32, n), OpArg::buffer("out", isa::Access::kOut, DType::kF32, n)};
+  return {ArgSpec::buffer("x", Access::kIn, DType::kF32, n), ArgSpec::buffer("out", Access::kOut, DType::kF32, n)};
 }
 
 uint64_t Softmax::rows_per_tile(const Target& target) const {
   if (p_.rows_per_tile) return std::min<uint64_t>(p_.rows_per_tile, p_.rows);
-  const uint64_t per_core = ceil_div(p_.rows, p_.cores ? p_.cores : target.cores);
+  const uint64_t per_core = ceil_div(p_.rows, cores_of(p_.cores, target));
   return std::max<uint64_t>(1, std::min<uint64_t>(per_core, kTileElements / p_.cols));
 }
 
@@ -117,7 +108,7 @@ StatusOr<uint32_t> Softmax::emit(EmitContext& ctx) const {
   const uint64_t rpt = rows_per_tile(target);
   NPURT_RETURN_IF_ERROR(local_fits(kOp, p_.rows_per_tile ? "rows_per_tile" : "cols", local_bytes(rpt), target));
   const uint64_t chunks = ceil_div(p_.rows, rpt);
-  const uint32_t grid = grid_for(chunks, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(chunks, cores_of(p_.cores, target));
   const int64_t cols = p_.cols;
   const uint32_t max_at = static_cast<uint32_t>(4 * rpt * p_.cols), sum_at = static_cast<uint32_t>(max_at + 4 * rpt);
 
@@ -145,8 +136,7 @@ StatusOr<uint32_t> Softmax::emit(EmitContext& ctx) const {
     emit_row_softmax(b, kX, kMax, kSum);
   }
   b.tst(kX, out, kOff, DType::kF32);
-  b.alui(AluOp::kMul, kBytes, kRows, cols * 4);
-  b.alu(AluOp::kAdd, kOff, kOff, kBytes);
+  emit_advance(b, kOff, kRows, cols * 4, kBytes);
   b.alu(AluOp::kSub, kLeft, kLeft, kRows);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(local_bytes(rpt)));

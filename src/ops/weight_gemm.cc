@@ -8,20 +8,9 @@
 
 namespace npurt::ops {
 
-using isa::AluOp;
-using isa::DType;
-using isa::Reg;
-using isa::Tile;
-
 namespace {
 
 constexpr char kOp[] = "weight_gemm";
-
-bool is_weight_type(DType t) {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || isa::dtype_is_quantized(t);
-}
-
-uint64_t align64(uint64_t v) { return (v + 63) & ~uint64_t{63}; }
 
 struct Plan {
   uint64_t tm = 0, tk = 0, tt = 0;
@@ -74,12 +63,9 @@ std::string WeightGemm::name() const {
 }
 
 Status WeightGemm::validate() const {
-  if (p_.m == 0) return invalid_param(kOp, "m", "must be > 0");
-  if (p_.m > UINT32_MAX) return invalid_param(kOp, "m", "must be < 2^32");
-  if (p_.k == 0) return invalid_param(kOp, "k", "must be > 0");
-  if (p_.k > 65535) return invalid_param(kOp, "k", "must be <= 65535");
-  if (p_.rows == 0) return invalid_param(kOp, "rows", "must be > 0");
-  if (p_.rows > 65535) return invalid_param(kOp, "rows", "must be <= 65535");
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "m", p_.m, UINT32_MAX, "must be < 2^32"));
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "k", p_.k, 65535, "must be <= 65535"));
+  NPURT_RETURN_IF_ERROR(check_count(kOp, "rows", p_.rows, 65535, "must be <= 65535"));
   if (!is_weight_type(p_.weight)) return invalid_param(kOp, "weight", "must be f32, bf16, f16 or a quantized block type");
   const uint64_t block = isa::dtype_is_quantized(p_.weight) ? isa::dtype_block_elems(p_.weight) : 1;
   if (p_.k % block != 0) {
@@ -93,11 +79,11 @@ Status WeightGemm::validate() const {
   return Status();
 }
 
-std::vector<OpArg> WeightGemm::signature() const {
-  std::vector<OpArg> s{OpArg::buffer("w", isa::Access::kIn, p_.weight, p_.m * p_.k),
-                       OpArg::buffer("x", isa::Access::kIn, DType::kF32, p_.rows * p_.k),
-                       OpArg::buffer("y", isa::Access::kOut, DType::kF32, p_.rows * p_.m)};
-  if (p_.rows_runtime) s.push_back(OpArg::scalar(kRowsScalar, DType::kI32));
+std::vector<ArgSpec> WeightGemm::signature() const {
+  std::vector<ArgSpec> s{ArgSpec::buffer("w", Access::kIn, p_.weight, p_.m * p_.k),
+                         ArgSpec::buffer("x", Access::kIn, DType::kF32, p_.rows * p_.k),
+                         ArgSpec::buffer("y", Access::kOut, DType::kF32, p_.rows * p_.m)};
+  if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -112,7 +98,7 @@ StatusOr<uint32_t> WeightGemm::emit(EmitContext& ctx) const {
   const int64_t w_row_bytes = static_cast<int64_t>(isa::dtype_bytes(p_.weight, p_.k));
   const int64_t w_chunk_bytes = static_cast<int64_t>(isa::dtype_bytes(p_.weight, plan.tk));
   const uint64_t tiles_m = ceil_div(p_.m, plan.tm);
-  const uint32_t grid = grid_for(tiles_m, p_.cores ? p_.cores : target.cores);
+  const uint32_t grid = grid_for(tiles_m, cores_of(p_.cores, target));
   const uint32_t w_at = static_cast<uint32_t>(plan.w_at), x_at = static_cast<uint32_t>(plan.x_at),
                  y_at = static_cast<uint32_t>(plan.y_at);
 

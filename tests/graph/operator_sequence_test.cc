@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "common/rel_l2.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "npurt/base/math.h"
 #include "npurt/exec/worker.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
@@ -46,7 +45,6 @@ T value_or_die(StatusOr<T> v) {
   return std::move(v).value();
 }
 
-using testing::rel_l2;
 
 // A runtime on a simulated device, with the memory context's policy chosen by the
 // test (the naive one shows the stale-data tests can fail).
@@ -85,7 +83,7 @@ class Rig {
 
 std::vector<uint8_t> random_for(DType t, uint64_t elements, uint32_t seed) {
   std::mt19937 rng(seed);
-  return testing::random_bytes_for(ops::OpArg::buffer("r", isa::Access::kIn, t, elements), rng);
+  return testing::random_bytes_for(isa::ArgSpec::buffer("r", isa::Access::kIn, t, elements), rng);
 }
 
 std::vector<float> as_f32(const std::vector<uint8_t>& b, DType t) { return isa::to_f32(b, t); }

@@ -212,7 +212,7 @@ struct LocalAlloc {
   uint32_t next = 0;
   uint32_t take(size_t bytes) {
     const uint32_t at = next;
-    next = static_cast<uint32_t>((next + bytes + 63) / 64 * 64);
+    next = static_cast<uint32_t>(round_up(next + bytes, 64));
     return at;
   }
 };

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "npurt/base/math.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/builder.h"
 
@@ -115,17 +116,6 @@ class KernelRunner {
   std::shared_ptr<hal::Device> dev_;
   hal::StreamId stream_;
 };
-
-// ||got - want|| / ||want||, the numeric check of every kernel test.
-inline double rel_l2(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
 
 inline bool contains(const Status& s, std::string_view text) {
   return s.message().find(text) != std::string::npos;

@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include "common/rel_l2.h"
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "models/synthetic_gemma3.h"
+#include "npurt/base/math.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/models/host_oracle.h"
 #include "npurt/models/tokenizer.h"
@@ -33,7 +32,6 @@ using isa::DType;
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string(); \
   } while (0)
 
-using testing::rel_l2;
 
 // Dimensions whose GEMV inputs are whole 256-value blocks, so the K types fit; layer
 // 1 of 2 is global (period 2) and the window (8) is shorter than the runs below.

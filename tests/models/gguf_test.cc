@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "models/gguf_writer.h"
+#include "npurt/base/math.h"
 
 #include <cstdio>
 #include <cstring>
@@ -80,7 +81,7 @@ std::vector<uint8_t> build(const FileSpec& spec) {
     const uint64_t off = t.offset.value_or(next);
     w.u64(off);
     offsets.push_back(off);
-    next = (off + t.bytes + spec.alignment - 1) / spec.alignment * spec.alignment;
+    next = round_up(off + t.bytes, spec.alignment);
   }
   if (!spec.write_data || spec.tensors.empty()) return w.data;
   w.pad_to(spec.alignment);

@@ -9,54 +9,33 @@
 namespace npurt::ops {
 namespace {
 
-using isa::DType;
-using testing::OpHarness;
-
-double tolerance(DType t) { return t == DType::kF32 ? 1e-5 : 1e-2; }
-
 // ---- Copy ----
 
-struct CopyCase {
-  uint64_t n;
-  DType src = DType::kF32;
-  DType dst = DType::kF32;
-  uint32_t tile = 0;
-  uint32_t cores = 0;
-};
-
-class CopyShapes : public ::testing::TestWithParam<CopyCase> {};
+class CopyShapes : public ::testing::TestWithParam<CopyParams> {};
 
 TEST_P(CopyShapes, MatchesReference) {
-  const CopyCase c = GetParam();
-  Copy op({.n = c.n, .src_dtype = c.src, .dst_dtype = c.dst, .tile = c.tile, .cores = c.cores});
+  const CopyParams c = GetParam();
+  Copy op(c);
   OpHarness h(op, static_cast<uint32_t>(c.n));
-  const Status s = h.run();
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  const double err = h.rel_l2("dst");
-  EXPECT_LE(err, tolerance(c.dst)) << op.name();
-  RecordProperty("rel_l2", ::testing::PrintToString(err));
+  ASSERT_TRUE(h.runs());
+  EXPECT_TRUE(h.close_to_reference("dst", tolerance(c.dst_dtype)));
   // Conversions round to nearest even on both sides: the bytes agree exactly.
   EXPECT_EQ(h.device_bytes("dst"), h.reference_bytes("dst")) << op.name();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, CopyShapes,
-                         ::testing::Values(CopyCase{1}, CopyCase{640}, CopyCase{1000}, CopyCase{16384 * 3 + 5},
-                                           CopyCase{4097, DType::kF32, DType::kBF16, 512, 3},
-                                           CopyCase{4097, DType::kBF16, DType::kF32, 512, 3},
-                                           CopyCase{333, DType::kF32, DType::kF16, 64, 3},
-                                           CopyCase{333, DType::kF16, DType::kBF16, 0, 3},
-                                           CopyCase{1000, DType::kBF16, DType::kBF16, 7, 3}));
+                         ::testing::Values(CopyParams{1}, CopyParams{640}, CopyParams{1000}, CopyParams{16384 * 3 + 5},
+                                           CopyParams{4097, DType::kF32, DType::kBF16, 512, 3},
+                                           CopyParams{4097, DType::kBF16, DType::kF32, 512, 3},
+                                           CopyParams{333, DType::kF32, DType::kF16, 64, 3},
+                                           CopyParams{333, DType::kF16, DType::kBF16, 0, 3},
+                                           CopyParams{1000, DType::kBF16, DType::kBF16, 7, 3}));
 
 TEST(Copy, RejectsBadParameters) {
-  const auto fails_on = [](CopyParams p, const char* param, Target t = {}) {
-    const Status s = Copy(p).compile(t).status();
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << param;
-    EXPECT_TRUE(testing::message_has(s, std::string("'") + param + "'")) << s.to_string();
-  };
-  fails_on({.n = 0}, "n");
-  fails_on({.n = 8, .src_dtype = DType::kI32}, "src_dtype");
-  fails_on({.n = 8, .dst_dtype = DType::kQ4_0}, "dst_dtype");
-  fails_on({.n = 200000, .tile = 100000}, "tile");
+  expect_rejects<Copy>({.n = 0}, "n");
+  expect_rejects<Copy>({.n = 8, .src_dtype = DType::kI32}, "src_dtype");
+  expect_rejects<Copy>({.n = 8, .dst_dtype = DType::kQ4_0}, "dst_dtype");
+  expect_rejects<Copy>({.n = 200000, .tile = 100000}, "tile");
 }
 
 // ---- StridedCopy ----
@@ -73,11 +52,8 @@ TEST_P(StridedCopyShapes, MatchesReferenceAndKeepsOtherRows) {
   StridedCopy op(c.p);
   OpHarness h(op, static_cast<uint32_t>(c.p.rows * 3 + c.dst_row));
   if (c.p.dst_row_runtime) h.set_scalar("dst_row", HostArg::i64(c.dst_row));
-  const Status s = h.run();
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  const double err = h.rel_l2("dst");
-  EXPECT_LE(err, tolerance(c.p.dst_dtype)) << op.name();
-  RecordProperty("rel_l2", ::testing::PrintToString(err));
+  ASSERT_TRUE(h.runs());
+  EXPECT_TRUE(h.close_to_reference("dst", tolerance(c.p.dst_dtype)));
   // dst starts with random contents: equal bytes mean the copied rows landed where
   // they belong and every other element is untouched.
   EXPECT_EQ(h.device_bytes("dst"), h.reference_bytes("dst")) << op.name();
@@ -122,50 +98,37 @@ TEST(StridedCopy, SignatureHasRuntimeRowLast) {
 }
 
 TEST(StridedCopy, RejectsBadParameters) {
-  const auto fails_on = [](StridedCopyParams p, const char* param, Target t = {}) {
-    const Status s = StridedCopy(p).compile(t).status();
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << param;
-    EXPECT_TRUE(testing::message_has(s, std::string("'") + param + "'")) << s.to_string();
-  };
-  fails_on({.rows = 0, .cols = 8}, "rows");
-  fails_on({.rows = 1, .cols = 0}, "cols");
-  fails_on({.rows = 1, .cols = 70000}, "cols");
-  fails_on({.rows = 2, .cols = 8, .src_stride = 7}, "src_stride");
-  fails_on({.rows = 2, .cols = 8, .dst_stride = 4}, "dst_stride");
-  fails_on({.rows = 4, .cols = 8, .dst_rows = 3}, "dst_rows");
-  fails_on({.rows = 1, .cols = 8, .src_dtype = DType::kI32}, "src_dtype");
-  fails_on({.rows = 1, .cols = 8, .dst_dtype = DType::kQ8_0}, "dst_dtype");
-  fails_on({.rows = 64, .cols = 4096, .rows_per_tile = 64}, "rows_per_tile");
+  expect_rejects<StridedCopy>({.rows = 0, .cols = 8}, "rows");
+  expect_rejects<StridedCopy>({.rows = 1, .cols = 0}, "cols");
+  expect_rejects<StridedCopy>({.rows = 1, .cols = 70000}, "cols");
+  expect_rejects<StridedCopy>({.rows = 2, .cols = 8, .src_stride = 7}, "src_stride");
+  expect_rejects<StridedCopy>({.rows = 2, .cols = 8, .dst_stride = 4}, "dst_stride");
+  expect_rejects<StridedCopy>({.rows = 4, .cols = 8, .dst_rows = 3}, "dst_rows");
+  expect_rejects<StridedCopy>({.rows = 1, .cols = 8, .src_dtype = DType::kI32}, "src_dtype");
+  expect_rejects<StridedCopy>({.rows = 1, .cols = 8, .dst_dtype = DType::kQ8_0}, "dst_dtype");
+  expect_rejects<StridedCopy>({.rows = 64, .cols = 4096, .rows_per_tile = 64}, "rows_per_tile");
 }
 
 // ---- Transpose ----
 
-struct TransposeCase {
-  uint64_t rows, cols;
-  DType dtype = DType::kF32;
-  uint32_t tile_rows = 0, tile_cols = 0, cores = 0;
-};
-
-class TransposeShapes : public ::testing::TestWithParam<TransposeCase> {};
+class TransposeShapes : public ::testing::TestWithParam<TransposeParams> {};
 
 TEST_P(TransposeShapes, MatchesReferenceExactly) {
-  const TransposeCase c = GetParam();
-  Transpose op({.rows = c.rows, .cols = c.cols, .dtype = c.dtype, .tile_rows = c.tile_rows,
-                .tile_cols = c.tile_cols, .cores = c.cores});
+  const TransposeParams c = GetParam();
+  Transpose op(c);
   OpHarness h(op, static_cast<uint32_t>(c.rows * 1000 + c.cols));
-  const Status s = h.run();
-  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(h.runs());
   EXPECT_EQ(h.rel_l2("dst"), 0.0) << op.name();
   EXPECT_EQ(h.device_bytes("dst"), h.reference_bytes("dst")) << op.name();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, TransposeShapes,
-                         ::testing::Values(TransposeCase{1, 1}, TransposeCase{5, 7}, TransposeCase{64, 640},
-                                           TransposeCase{640, 64}, TransposeCase{33, 129, DType::kF32, 8, 16, 3},
-                                           TransposeCase{64, 640, DType::kBF16},
-                                           TransposeCase{33, 129, DType::kBF16, 5, 7, 3},
-                                           TransposeCase{33, 129, DType::kF16, 32, 64, 3},
-                                           TransposeCase{300, 1, DType::kF32, 64, 0, 3}));
+                         ::testing::Values(TransposeParams{1, 1}, TransposeParams{5, 7}, TransposeParams{64, 640},
+                                           TransposeParams{640, 64}, TransposeParams{33, 129, DType::kF32, 8, 16, 3},
+                                           TransposeParams{64, 640, DType::kBF16},
+                                           TransposeParams{33, 129, DType::kBF16, 5, 7, 3},
+                                           TransposeParams{33, 129, DType::kF16, 32, 64, 3},
+                                           TransposeParams{300, 1, DType::kF32, 64, 0, 3}));
 
 // The identity-product caveats of the header, pinned down.
 TEST(Transpose, NegativeZeroAndNonFiniteValues) {
@@ -173,7 +136,7 @@ TEST(Transpose, NegativeZeroAndNonFiniteValues) {
   OpHarness h(op);
   std::vector<float> x = {-0.f, 1.f, 2.f, 3.f, 4.f, INFINITY, 6.f, 7.f, 8.f, 9.f, 10.f, 11.f};
   h.set_f32("src", x);
-  ASSERT_TRUE(h.run().ok());
+  ASSERT_TRUE(h.runs());
   const std::vector<float> got = h.device_f32("dst");  // 3 x 4
   EXPECT_FALSE(std::signbit(got[0]));                  // -0 became +0
   EXPECT_EQ(got[2 * 4 + 1], INFINITY);                 // the Inf itself survives
@@ -183,17 +146,12 @@ TEST(Transpose, NegativeZeroAndNonFiniteValues) {
 }
 
 TEST(Transpose, RejectsBadParameters) {
-  const auto fails_on = [](TransposeParams p, const char* param, Target t = {}) {
-    const Status s = Transpose(p).compile(t).status();
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << param;
-    EXPECT_TRUE(testing::message_has(s, std::string("'") + param + "'")) << s.to_string();
-  };
-  fails_on({.rows = 0, .cols = 8}, "rows");
-  fails_on({.rows = 8, .cols = 0}, "cols");
-  fails_on({.rows = 8, .cols = 8, .dtype = DType::kI32}, "dtype");
-  fails_on({.rows = 8, .cols = 8, .tile_rows = 5000}, "tile_rows");
-  fails_on({.rows = 8, .cols = 8, .tile_cols = 300}, "tile_cols");
-  fails_on({.rows = 4096, .cols = 256, .tile_rows = 4096, .tile_cols = 256}, "tile_rows");
+  expect_rejects<Transpose>({.rows = 0, .cols = 8}, "rows");
+  expect_rejects<Transpose>({.rows = 8, .cols = 0}, "cols");
+  expect_rejects<Transpose>({.rows = 8, .cols = 8, .dtype = DType::kI32}, "dtype");
+  expect_rejects<Transpose>({.rows = 8, .cols = 8, .tile_rows = 5000}, "tile_rows");
+  expect_rejects<Transpose>({.rows = 8, .cols = 8, .tile_cols = 300}, "tile_cols");
+  expect_rejects<Transpose>({.rows = 4096, .cols = 256, .tile_rows = 4096, .tile_cols = 256}, "tile_rows");
 }
 
 }  // namespace

@@ -7,31 +7,15 @@
 namespace npurt::ops {
 namespace {
 
-using isa::DType;
-using testing::OpHarness;
-
-struct Case {
-  ElementwiseKind kind;
-  uint64_t n;
-  DType dtype;
-  uint32_t tile;
-};
-
-double tolerance(DType t) { return t == DType::kF32 ? 1e-5 : 1e-2; }
-
-class ElementwiseShapes : public ::testing::TestWithParam<Case> {};
+class ElementwiseShapes : public ::testing::TestWithParam<ElementwiseParams> {};
 
 TEST_P(ElementwiseShapes, MatchesReference) {
-  const Case c = GetParam();
-  Elementwise op({.kind = c.kind, .n = c.n, .dtype = c.dtype, .tile = c.tile});
-  OpHarness h(op, static_cast<uint32_t>(c.n));
-  const Status s = h.run();
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  EXPECT_LE(h.rel_l2("out"), tolerance(c.dtype)) << op.name() << " grid " << h.grid();
+  const ElementwiseParams c = GetParam();
+  expect_matches_reference(Elementwise(c), static_cast<uint32_t>(c.n), "out", tolerance(c.dtype));
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> v;
+std::vector<ElementwiseParams> cases() {
+  std::vector<ElementwiseParams> v;
   for (auto k : {ElementwiseKind::kAdd, ElementwiseKind::kMul, ElementwiseKind::kGeluTanh, ElementwiseKind::kSilu,
                  ElementwiseKind::kGeluTanhMul}) {
     for (uint64_t n : {1ull, 640ull, 1000ull, 2048ull * 3 + 5}) v.push_back({k, n, DType::kF32, 0});
@@ -44,13 +28,9 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Ops, ElementwiseShapes, ::testing::ValuesIn(cases()));
 
 TEST(Elementwise, RejectsBadParameters) {
-  Status s = Elementwise({.kind = ElementwiseKind::kAdd, .n = 0}).compile().status();
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(testing::message_has(s, "'n'")) << s.to_string();
-  s = Elementwise({.kind = ElementwiseKind::kAdd, .n = 8, .dtype = DType::kQ8_0}).compile().status();
-  EXPECT_TRUE(testing::message_has(s, "'dtype'")) << s.to_string();
-  s = Elementwise({.kind = ElementwiseKind::kAdd, .n = 8, .dtype = DType::kI32}).compile().status();
-  EXPECT_TRUE(testing::message_has(s, "'dtype'")) << s.to_string();
+  expect_rejects<Elementwise>({.kind = ElementwiseKind::kAdd, .n = 0}, "n");
+  expect_rejects<Elementwise>({.kind = ElementwiseKind::kAdd, .n = 8, .dtype = DType::kQ8_0}, "dtype");
+  expect_rejects<Elementwise>({.kind = ElementwiseKind::kAdd, .n = 8, .dtype = DType::kI32}, "dtype");
 }
 
 TEST(Elementwise, ReferenceChecksArgumentSizes) {

@@ -9,63 +9,52 @@
 namespace npurt::ops {
 namespace {
 
-using isa::DType;
-using testing::OpHarness;
-
 constexpr float kGemmaScale = 25.298222f;  // sqrt(640)
 
-struct Case {
-  DType dtype;
-  uint64_t vocab;
-  uint32_t dim;
-  float scale;
-};
-
-double tolerance(DType t) {
+double weight_tolerance(DType t) {
   if (t == DType::kF32) return 1e-5;
   return isa::dtype_is_quantized(t) ? 1e-3 : 1e-2;
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string case_name(const ::testing::TestParamInfo<EmbeddingParams>& info) {
+  const EmbeddingParams& c = info.param;
   return std::string(isa::dtype_name(c.dtype)) + "_v" + std::to_string(c.vocab) + "_d" + std::to_string(c.dim) +
          "_" + std::to_string(info.index);
 }
 
-class EmbeddingShapes : public ::testing::TestWithParam<Case> {};
+class EmbeddingShapes : public ::testing::TestWithParam<EmbeddingParams> {};
 
 // Every token kind (first, last, middle row) of each table against the reference.
 TEST_P(EmbeddingShapes, MatchesReference) {
-  const Case c = GetParam();
-  Embedding op({.vocab = c.vocab, .dim = c.dim, .dtype = c.dtype, .scale = c.scale});
+  const EmbeddingParams c = GetParam();
+  Embedding op(c);
   std::vector<int64_t> tokens{0};
   if (c.vocab > 1) tokens.insert(tokens.end(), {static_cast<int64_t>(c.vocab - 1), static_cast<int64_t>(c.vocab / 2)});
   for (int64_t token : tokens) {
     OpHarness h(op, static_cast<uint32_t>(c.vocab * 31 + c.dim));
     h.set_scalar("token", HostArg::i64(token));
-    const Status s = h.run();
-    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_TRUE(h.runs());
     const std::vector<float> out = h.device_f32("out");
     EXPECT_GT(std::abs(out[0]) + std::abs(out[c.dim - 1]), 0.f) << "row should be random, not zero";
-    EXPECT_LE(h.rel_l2("out"), tolerance(c.dtype)) << op.name() << " token " << token;
+    EXPECT_TRUE(h.close_to_reference("out", weight_tolerance(c.dtype))) << "token " << token;
   }
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> v;
+std::vector<EmbeddingParams> cases() {
+  std::vector<EmbeddingParams> v;
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) {
     for (uint64_t vocab : {1ull, 1000ull}) {
-      v.push_back({t, vocab, 640, kGemmaScale});
-      v.push_back({t, vocab, 32, 1.0f});
+      v.push_back({vocab, 640, t, kGemmaScale});
+      v.push_back({vocab, 32, t, 1.0f});
     }
   }
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (uint64_t vocab : {1ull, 1000ull}) {
-      v.push_back({t, vocab, 256, kGemmaScale});
-      v.push_back({t, vocab, 512, -0.5f});
+      v.push_back({vocab, 256, t, kGemmaScale});
+      v.push_back({vocab, 512, t, -0.5f});
     }
   }
-  v.push_back({DType::kF32, 7, 33, 3.0f});  // odd row length
+  v.push_back({7, 33, DType::kF32, 3.0f});  // odd row length
   return v;
 }
 
@@ -81,8 +70,7 @@ TEST(Embedding, PicksTheRequestedRow) {
   OpHarness h(op);
   h.set_f32("table", table);
   h.set_scalar("token", HostArg::i64(3));
-  const Status s = h.run();
-  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_TRUE(h.runs());
   for (float x : h.device_f32("out")) EXPECT_EQ(x, 8.0f);
 }
 
@@ -100,30 +88,18 @@ TEST(Embedding, TokenOutsideVocabFaults) {
 }
 
 TEST(Embedding, RejectsBadParameters) {
-  struct Bad {
-    EmbeddingParams p;
-    const char* param;
-  };
-  const Bad bad[] = {
-      {{.vocab = 0, .dim = 32}, "'vocab'"},
-      {{.vocab = 1ull << 31, .dim = 32}, "'vocab'"},
-      {{.vocab = 8, .dim = 0}, "'dim'"},
-      {{.vocab = 8, .dim = 70000}, "'dim'"},
-      {{.vocab = 8, .dim = 640, .dtype = DType::kQ4_K}, "'dim'"},
-      {{.vocab = 8, .dim = 48, .dtype = DType::kQ8_0}, "'dim'"},
-      {{.vocab = 8, .dim = 32, .dtype = DType::kI32}, "'dtype'"},
-      {{.vocab = 8, .dim = 32, .dtype = static_cast<DType>(7)}, "'dtype'"},
-      {{.vocab = 8, .dim = 32, .scale = NAN}, "'scale'"},
-      {{.vocab = 8, .dim = 32, .scale = INFINITY}, "'scale'"},
-  };
-  for (const Bad& b : bad) {
-    const Status s = Embedding(b.p).compile().status();
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.param;
-    EXPECT_TRUE(testing::message_has(s, b.param)) << s.to_string();
-  }
+  expect_rejects<Embedding>({.vocab = 0, .dim = 32}, "vocab");
+  expect_rejects<Embedding>({.vocab = 1ull << 31, .dim = 32}, "vocab");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 0}, "dim");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 70000}, "dim");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 640, .dtype = DType::kQ4_K}, "dim");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 48, .dtype = DType::kQ8_0}, "dim");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .dtype = DType::kI32}, "dtype");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .dtype = static_cast<DType>(7)}, "dtype");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .scale = NAN}, "scale");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .scale = INFINITY}, "scale");
   // A row that does not fit the target's local memory.
-  const Status s = Embedding({.vocab = 8, .dim = 1024}).compile({.cores = 1, .local_bytes = 4096}).status();
-  EXPECT_TRUE(testing::message_has(s, "'dim'")) << s.to_string();
+  expect_rejects<Embedding>({.vocab = 8, .dim = 1024}, "dim", {.cores = 1, .local_bytes = 4096});
 }
 
 }  // namespace

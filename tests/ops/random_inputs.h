@@ -45,7 +45,7 @@ inline Bytes random_quant_blocks(isa::DType t, uint64_t elements, std::mt19937& 
   return b;
 }
 
-inline Bytes random_bytes_for(const ops::OpArg& a, std::mt19937& rng) {
+inline Bytes random_bytes_for(const isa::ArgSpec& a, std::mt19937& rng) {
   if (isa::dtype_is_quantized(a.dtype)) return random_quant_blocks(a.dtype, a.elements, rng);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::vector<float> v(a.elements);

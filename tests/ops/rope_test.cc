@@ -13,8 +13,6 @@
 namespace npurt::ops {
 namespace {
 
-using testing::OpHarness;
-
 struct Case {
   uint32_t n_heads;
   uint32_t head_dim;
@@ -35,7 +33,7 @@ struct Case {
 //   pos 1: 5e-8, 37: 3.4e-7, 1000: 5.6e-6, 4095: 3.1e-5, 32767: 3.1e-4,
 // against the reference and against the exact (double) rotation alike. 1e-5 holds
 // up to pos ~1000; beyond, the bound is 1.2e-8 * pos (measured at most 9.5e-9 * pos).
-double tolerance(int64_t pos) { return std::max(1e-5, 1.2e-8 * static_cast<double>(std::abs(pos))); }
+double rope_tolerance(int64_t pos) { return std::max(1e-5, 1.2e-8 * static_cast<double>(std::abs(pos))); }
 
 // rel-L2 of `got` against the rotation computed entirely in double, theta included.
 double rel_l2_vs_exact(const Case& c, const std::vector<float>& x, const std::vector<float>& got) {
@@ -49,12 +47,7 @@ double rel_l2_vs_exact(const Case& c, const std::vector<float>& x, const std::ve
       want[hi] = x[lo] * std::sin(theta) + x[hi] * std::cos(theta);
     }
   }
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
+  return rel_l2(got, want);
 }
 
 std::string case_name(const Case& c) {
@@ -76,13 +69,10 @@ TEST_P(RopeShapes, MatchesReference) {
   OpHarness h(op, c.n_heads * 31 + c.head_dim + static_cast<uint32_t>(c.pos));
   h.set_scalar("pos", HostArg::i64(c.pos));
   h.set_scalar("base", HostArg::f32(c.base));
-  const Status s = h.run();
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  const double err = h.rel_l2("out");
-  EXPECT_LE(err, tolerance(c.pos)) << op.name() << " pos " << c.pos << " base " << c.base << " grid " << h.grid();
-  RecordProperty("rel_l2", std::to_string(err));
+  ASSERT_TRUE(h.runs());
+  EXPECT_TRUE(h.close_to_reference("out", rope_tolerance(c.pos))) << "pos " << c.pos << " base " << c.base;
   const double exact_err = rel_l2_vs_exact(c, isa::to_f32(h.input_bytes("x"), isa::DType::kF32), h.device_f32("out"));
-  EXPECT_LE(exact_err, tolerance(c.pos)) << op.name() << " pos " << c.pos << " base " << c.base;
+  EXPECT_LE(exact_err, rope_tolerance(c.pos)) << op.name() << " pos " << c.pos << " base " << c.base;
   RecordProperty("rel_l2_vs_exact", std::to_string(exact_err));
 }
 
@@ -121,8 +111,7 @@ TEST(Rope, PositionZeroIsIdentity) {
     OpHarness h(op, 5);
     h.set_scalar("pos", HostArg::i64(0));
     h.set_scalar("base", HostArg::f32(base));
-    const Status s = h.run();
-    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_TRUE(h.runs());
     const std::vector<float> got = h.device_f32("out");
     const std::vector<float> x = isa::to_f32(h.input_bytes("x"), isa::DType::kF32);
     ASSERT_EQ(got.size(), x.size());
@@ -133,7 +122,7 @@ TEST(Rope, PositionZeroIsIdentity) {
 // One compiled kernel, many (pos, base) pairs: the scalars are read at run time.
 TEST(Rope, SignatureTakesPositionAndBaseAtRunTime) {
   Rope op({.n_heads = 4, .head_dim = 256});
-  const std::vector<OpArg> sig = op.signature();
+  const std::vector<isa::ArgSpec> sig = op.signature();
   ASSERT_EQ(sig.size(), 4u);
   EXPECT_EQ(sig[0].name, "x");
   EXPECT_EQ(sig[1].name, "out");
@@ -151,8 +140,7 @@ TEST(Rope, OneKernelManyPositionsInPlace) {
   Rope op({.n_heads = 7, .head_dim = 64, .rotary_dim = 48, .heads_per_tile = 2, .cores = 3});
   auto loaded = testing::load_op(op);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-  hal::Device& d = *loaded->dev;
-  const hal::StreamId s = loaded->stream;
+  using testing::Bind;
   struct Step {
     int64_t pos;
     float base;
@@ -161,39 +149,26 @@ TEST(Rope, OneKernelManyPositionsInPlace) {
     OpHarness h(op, 21);
     h.set_scalar("pos", HostArg::i64(step.pos));
     h.set_scalar("base", HostArg::f32(step.base));
-    ASSERT_TRUE(h.run().ok());
-    const testing::Bytes& x = h.input_bytes("x");
-    auto xa = d.allocate(x.size());
-    ASSERT_TRUE(xa.ok());
-    ASSERT_TRUE(d.copy_to_device(s, *xa, x.data(), x.size()).ok());
-    hal::LaunchParams p{loaded->code, loaded->kernel.grid,
-                        {hal::KernelArg::buffer(*xa, x.size()), hal::KernelArg::buffer(*xa, x.size()),
-                         hal::KernelArg::scalar_i64(step.pos), hal::KernelArg::scalar_f32(step.base)}};
-    ASSERT_TRUE(d.launch(s, p).ok());
-    testing::Bytes got(x.size());
-    ASSERT_TRUE(d.copy_to_host(s, got.data(), *xa, got.size()).ok());
-    ASSERT_TRUE(d.stream_synchronize(s).ok());
-    EXPECT_EQ(got, h.device_bytes("out")) << "pos " << step.pos;
-    EXPECT_LE(h.rel_l2("out"), tolerance(step.pos)) << "pos " << step.pos;
-    ASSERT_TRUE(d.free(*xa).ok());
+    ASSERT_TRUE(h.runs());
+    const auto after = loaded->launch({h.input_bytes("x")}, {Bind::to(0), Bind::to(0),
+                                                             Bind::value(hal::KernelArg::scalar_i64(step.pos)),
+                                                             Bind::value(hal::KernelArg::scalar_f32(step.base))});
+    ASSERT_TRUE(after.ok()) << after.status().to_string();
+    EXPECT_EQ((*after)[0], h.device_bytes("out")) << "pos " << step.pos;
+    EXPECT_LE(h.rel_l2("out"), rope_tolerance(step.pos)) << "pos " << step.pos;
   }
 }
 
 TEST(Rope, RejectsBadParameters) {
-  const auto rejects = [](RopeParams p, const char* param) {
-    const Status s = Rope(p).compile().status();
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << param;
-    EXPECT_TRUE(testing::message_has(s, std::string("'") + param + "'")) << s.to_string();
-  };
-  rejects({.n_heads = 0, .head_dim = 256}, "n_heads");
-  rejects({.n_heads = 70000, .head_dim = 256}, "n_heads");
-  rejects({.n_heads = 4, .head_dim = 0}, "head_dim");
-  rejects({.n_heads = 4, .head_dim = 255}, "head_dim");
-  rejects({.n_heads = 4, .head_dim = 65536}, "head_dim");
-  rejects({.n_heads = 4, .head_dim = 256, .rotary_dim = 127}, "rotary_dim");
-  rejects({.n_heads = 4, .head_dim = 256, .rotary_dim = 258}, "rotary_dim");
-  rejects({.n_heads = 64, .head_dim = 4096, .heads_per_tile = 64}, "heads_per_tile");
-  rejects({.n_heads = 1, .head_dim = 65534}, "head_dim");  // one head exceeds local memory
+  expect_rejects<Rope>({.n_heads = 0, .head_dim = 256}, "n_heads");
+  expect_rejects<Rope>({.n_heads = 70000, .head_dim = 256}, "n_heads");
+  expect_rejects<Rope>({.n_heads = 4, .head_dim = 0}, "head_dim");
+  expect_rejects<Rope>({.n_heads = 4, .head_dim = 255}, "head_dim");
+  expect_rejects<Rope>({.n_heads = 4, .head_dim = 65536}, "head_dim");
+  expect_rejects<Rope>({.n_heads = 4, .head_dim = 256, .rotary_dim = 127}, "rotary_dim");
+  expect_rejects<Rope>({.n_heads = 4, .head_dim = 256, .rotary_dim = 258}, "rotary_dim");
+  expect_rejects<Rope>({.n_heads = 64, .head_dim = 4096, .heads_per_tile = 64}, "heads_per_tile");
+  expect_rejects<Rope>({.n_heads = 1, .head_dim = 65534}, "head_dim");  // one head exceeds local memory
 }
 
 TEST(Rope, ReferenceChecksArguments) {

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "npurt/base/status.h"
@@ -68,11 +69,30 @@ struct ArgRecord {
 static_assert(sizeof(ImageHeader) == 64);
 static_assert(sizeof(ArgRecord) == 16);
 
+// One kernel argument, from the image (Image::args) to operator signatures and graphs.
+// The element count is not part of an image (ArgRecord has no field for it), so an
+// image's bytes and content hash depend only on names, kinds, accesses and dtypes; the
+// args an image decodes to have elements 0.
 struct ArgSpec {
   std::string name;
   ArgKind kind = ArgKind::kBuffer;
   Access access = Access::kIn;
   DType dtype = DType::kF32;
+  // Buffers: element count (whole blocks for quantized types), 0 where not known;
+  // scalars: 0.
+  uint64_t elements = 0;
+
+  static ArgSpec buffer(std::string name, Access access, DType dtype, uint64_t elements) {
+    return {std::move(name), ArgKind::kBuffer, access, dtype, elements};
+  }
+  static ArgSpec scalar(std::string name, DType dtype) {
+    return {std::move(name), ArgKind::kScalar, Access::kIn, dtype, 0};
+  }
+  bool is_scalar() const { return kind == ArgKind::kScalar; }
+  bool writes() const { return access != Access::kIn; }
+  bool reads() const { return access != Access::kOut; }
+  // Byte size of a buffer argument of `elements` elements (0 for scalars).
+  uint64_t bytes() const;
 };
 
 // Section bounds read from a header, checked only for self-consistency (magic,

@@ -22,13 +22,12 @@ struct ArgmaxParams {
   uint32_t chunk = 0;  // elements per reduced row; 0: chosen by the operator
 };
 
-class Argmax final : public Operator {
+class Argmax final : public OperatorWith<ArgmaxParams, InPlace::kUnsafe> {
  public:
-  explicit Argmax(ArgmaxParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const ArgmaxParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -36,7 +35,6 @@ class Argmax final : public Operator {
 
  private:
   uint64_t chunk() const;
-  ArgmaxParams p_;
 };
 
 }  // namespace npurt::ops

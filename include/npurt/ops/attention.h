@@ -49,21 +49,16 @@ struct DecodeAttentionParams {
   uint32_t cores = 0;    // blocks; 0: the target's cores
 };
 
-class DecodeAttention final : public Operator {
+class DecodeAttention final : public OperatorWith<DecodeAttentionParams, InPlace::kUnsafe> {
  public:
-  explicit DecodeAttention(DecodeAttentionParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const DecodeAttentionParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
-
- private:
-  float effective_scale() const;
-  DecodeAttentionParams p_;
 };
 
 }  // namespace npurt::ops

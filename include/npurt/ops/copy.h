@@ -44,20 +44,16 @@ struct CopyParams {
   uint32_t cores = 0;  // blocks; 0: the target's cores
 };
 
-class Copy final : public Operator {
+class Copy final : public OperatorWith<CopyParams, InPlace::kUnsafe> {
  public:
-  explicit Copy(CopyParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const CopyParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
-
- private:
-  CopyParams p_;
 };
 
 struct StridedCopyParams {
@@ -78,13 +74,12 @@ struct StridedCopyParams {
   uint32_t cores = 0;          // blocks; 0: the target's cores
 };
 
-class StridedCopy final : public Operator {
+class StridedCopy final : public OperatorWith<StridedCopyParams, InPlace::kUnsafe> {
  public:
-  explicit StridedCopy(StridedCopyParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const StridedCopyParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -95,7 +90,6 @@ class StridedCopy final : public Operator {
   uint64_t dst_stride() const { return p_.dst_stride ? p_.dst_stride : p_.cols; }
   uint64_t dst_rows() const { return p_.dst_rows ? p_.dst_rows : p_.rows; }
   uint64_t src_rows() const { return p_.src_rows ? p_.src_rows : p_.rows; }
-  StridedCopyParams p_;
 };
 
 struct TransposeParams {
@@ -107,13 +101,12 @@ struct TransposeParams {
   uint32_t cores = 0;      // blocks; 0: the target's cores
 };
 
-class Transpose final : public Operator {
+class Transpose final : public OperatorWith<TransposeParams, InPlace::kUnsafe> {
  public:
-  explicit Transpose(TransposeParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const TransposeParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -122,7 +115,6 @@ class Transpose final : public Operator {
  private:
   uint64_t tile_rows() const;
   uint64_t tile_cols() const;
-  TransposeParams p_;
 };
 
 }  // namespace npurt::ops

@@ -27,14 +27,12 @@ struct ElementwiseParams {
   uint64_t row_elems = 0;
 };
 
-class Elementwise final : public Operator {
+class Elementwise final : public OperatorWith<ElementwiseParams, InPlace::kSafe> {
  public:
-  explicit Elementwise(ElementwiseParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  bool in_place_safe() const override { return true; }
-  const ElementwiseParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -42,7 +40,6 @@ class Elementwise final : public Operator {
 
  private:
   bool binary() const { return p_.kind != ElementwiseKind::kGeluTanh && p_.kind != ElementwiseKind::kSilu; }
-  ElementwiseParams p_;
 };
 
 // Host f32 definitions shared by references: the same formulas the cores use.

@@ -30,13 +30,12 @@ struct EmbeddingParams {
   uint32_t tokens = 0;
 };
 
-class Embedding final : public Operator {
+class Embedding final : public OperatorWith<EmbeddingParams, InPlace::kUnsafe> {
  public:
-  explicit Embedding(EmbeddingParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const EmbeddingParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -44,7 +43,6 @@ class Embedding final : public Operator {
 
  private:
   StatusOr<uint32_t> emit_batched(EmitContext& ctx) const;
-  EmbeddingParams p_;
 };
 
 }  // namespace npurt::ops

@@ -31,20 +31,16 @@ struct GemmParams {
   uint32_t cores = 0;                           // blocks; 0: the target's cores
 };
 
-class Gemm final : public Operator {
+class Gemm final : public OperatorWith<GemmParams, InPlace::kUnsafe> {
  public:
-  explicit Gemm(GemmParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const GemmParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
-
- private:
-  GemmParams p_;
 };
 
 }  // namespace npurt::ops

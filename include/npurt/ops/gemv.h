@@ -39,20 +39,16 @@ struct GemvParams {
   uint32_t cores = 0;          // blocks; 0: the target's cores
 };
 
-class Gemv final : public Operator {
+class Gemv final : public OperatorWith<GemvParams, InPlace::kUnsafe> {
  public:
-  explicit Gemv(GemvParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const GemvParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
-
- private:
-  GemvParams p_;
 };
 
 }  // namespace npurt::ops

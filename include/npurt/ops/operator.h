@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "npurt/base/status.h"
@@ -31,33 +32,12 @@
 
 namespace npurt::ops {
 
-// One argument of an operator's kernel.
-struct OpArg {
-  std::string name;
-  isa::ArgKind kind = isa::ArgKind::kBuffer;
-  isa::Access access = isa::Access::kIn;
-  isa::DType dtype = isa::DType::kF32;
-  uint64_t elements = 0;  // buffers: element count (whole blocks for quantized types)
-
-  static OpArg buffer(std::string name, isa::Access access, isa::DType dtype, uint64_t elements) {
-    return {std::move(name), isa::ArgKind::kBuffer, access, dtype, elements};
-  }
-  static OpArg scalar(std::string name, isa::DType dtype) {
-    return {std::move(name), isa::ArgKind::kScalar, isa::Access::kIn, dtype, 0};
-  }
-  bool is_scalar() const { return kind == isa::ArgKind::kScalar; }
-  bool writes() const { return access != isa::Access::kIn; }
-  bool reads() const { return access != isa::Access::kOut; }
-  // Byte size of a buffer argument (0 for scalars).
-  uint64_t bytes() const;
-};
-
 // What the device needs to run an operator: a verified image, the launch grid, and
 // the arguments in kernel order (the same list as Operator::signature()).
 struct Kernel {
   isa::Image image;
   uint32_t grid = 1;
-  std::vector<OpArg> args;
+  std::vector<isa::ArgSpec> args;
 };
 
 // The machine a kernel is compiled for. Operators size their tiles to fit
@@ -89,7 +69,7 @@ struct HostArg {
 struct EmitContext {
   isa::KernelBuilder& builder;
   Target target;
-  std::vector<OpArg> signature;
+  std::vector<isa::ArgSpec> signature;
   std::vector<uint8_t> args;  // args[i]: kernel argument index of signature[i]
 
   // The kernel argument of the signature entry `name` (which must exist).
@@ -105,7 +85,7 @@ class Operator {
   // kOk, or kInvalidArgument naming the first bad parameter.
   virtual Status validate() const = 0;
   // Arguments in kernel order. Meaningful only when validate() is ok.
-  virtual std::vector<OpArg> signature() const = 0;
+  virtual std::vector<isa::ArgSpec> signature() const = 0;
 
   // Validates, emits and verifies the kernel for `target`.
   StatusOr<Kernel> compile(const Target& target = {}) const;
@@ -113,7 +93,7 @@ class Operator {
   // reference result into every output buffer.
   Status reference(std::span<const HostArg> args) const;
 
- // Emits the kernel's code into ctx (parameters already validated) and returns the
+  // Emits the kernel's code into ctx (parameters already validated) and returns the
   // number of blocks it needs. The code must not end with EXIT (the caller ends the
   // kernel), must set every register before reading it, and must stay within
   // kMaxLoopDepth - 1 nested loops, so that a fused sequence can run it behind a
@@ -128,6 +108,26 @@ class Operator {
  protected:
   // Called by reference() with checked arguments.
   virtual void compute_reference(std::span<const HostArg> args) const = 0;
+};
+
+// Whether an operator may run with `out` bound to the bytes of `in` (see
+// Operator::in_place_safe).
+enum class InPlace : uint8_t { kUnsafe, kSafe };
+
+// The base of the library's operators: it holds the parameter struct and answers
+// in_place_safe() as the operator states it (there is no default: each operator
+// decides). Each operator still declares its own Operator overrides; C++ cannot share
+// override declarations between classes.
+template <typename P, InPlace kInPlace>
+class OperatorWith : public Operator {
+ public:
+  using Params = P;
+  explicit OperatorWith(Params p) : p_(std::move(p)) {}
+  const Params& params() const { return p_; }
+  bool in_place_safe() const override { return kInPlace == InPlace::kSafe; }
+
+ protected:
+  Params p_;
 };
 
 // kInvalidArgument "<op>: parameter '<param>' <why>", the form every validate() uses.

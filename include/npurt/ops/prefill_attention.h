@@ -48,22 +48,19 @@ struct PrefillAttentionParams {
   uint32_t cores = 0;    // blocks; 0: the target's cores
 };
 
-class PrefillAttention final : public Operator {
+class PrefillAttention final : public OperatorWith<PrefillAttentionParams, InPlace::kUnsafe> {
  public:
-  explicit PrefillAttention(PrefillAttentionParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const PrefillAttentionParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
 
  private:
-  float effective_scale() const;
   uint32_t tile_q() const;
-  PrefillAttentionParams p_;
 };
 
 }  // namespace npurt::ops

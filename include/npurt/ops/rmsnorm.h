@@ -33,14 +33,12 @@ struct RmsNormParams {
   bool rows_runtime = false;
 };
 
-class RmsNorm final : public Operator {
+class RmsNorm final : public OperatorWith<RmsNormParams, InPlace::kSafe> {
  public:
-  explicit RmsNorm(RmsNormParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  bool in_place_safe() const override { return true; }
-  const RmsNormParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -49,7 +47,6 @@ class RmsNorm final : public Operator {
  private:
   uint64_t rows_per_tile(const Target& target) const;
   uint64_t local_bytes(uint64_t rows_per_tile) const;
-  RmsNormParams p_;
 };
 
 }  // namespace npurt::ops

@@ -52,14 +52,12 @@ struct RopeParams {
   uint32_t tokens = 0;
 };
 
-class Rope final : public Operator {
+class Rope final : public OperatorWith<RopeParams, InPlace::kSafe> {
  public:
-  explicit Rope(RopeParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  bool in_place_safe() const override { return true; }
-  const RopeParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -71,7 +69,6 @@ class Rope final : public Operator {
   uint64_t local_bytes(uint64_t heads_per_tile) const;
   uint64_t tokens_per_tile(const Target& target) const;
   StatusOr<uint32_t> emit_batched(EmitContext& ctx) const;
-  RopeParams p_;
 };
 
 }  // namespace npurt::ops

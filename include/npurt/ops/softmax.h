@@ -31,14 +31,12 @@ struct SoftmaxParams {
   uint32_t cores = 0;                             // blocks; 0: the target's cores
 };
 
-class Softmax final : public Operator {
+class Softmax final : public OperatorWith<SoftmaxParams, InPlace::kSafe> {
  public:
-  explicit Softmax(SoftmaxParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  bool in_place_safe() const override { return true; }
-  const SoftmaxParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
@@ -48,7 +46,6 @@ class Softmax final : public Operator {
   int64_t offset() const;
   uint64_t rows_per_tile(const Target& target) const;
   uint64_t local_bytes(uint64_t rows_per_tile) const { return 4 * rows_per_tile * (p_.cols + 2); }
-  SoftmaxParams p_;
 };
 
 }  // namespace npurt::ops

@@ -40,20 +40,16 @@ struct WeightGemmParams {
   uint32_t cores = 0;   // blocks; 0: the target's cores
 };
 
-class WeightGemm final : public Operator {
+class WeightGemm final : public OperatorWith<WeightGemmParams, InPlace::kUnsafe> {
  public:
-  explicit WeightGemm(WeightGemmParams p) : p_(p) {}
+  using OperatorWith::OperatorWith;
   std::string name() const override;
   Status validate() const override;
-  std::vector<OpArg> signature() const override;
-  const WeightGemmParams& params() const { return p_; }
+  std::vector<isa::ArgSpec> signature() const override;
 
  protected:
   StatusOr<uint32_t> emit(EmitContext& ctx) const override;
   void compute_reference(std::span<const HostArg> args) const override;
-
- private:
-  WeightGemmParams p_;
 };
 
 }  // namespace npurt::ops

@@ -2,18 +2,9 @@
 
 #include <string>
 
+#include "npurt/base/math.h"
+
 namespace npurt::sim {
-namespace {
-
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
-
-std::string hex(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace
 
 GmAllocator::GmAllocator(uint64_t base, uint64_t size) : base_(base), size_(size) {
   insert_free(base_, size_, 0);
@@ -32,7 +23,7 @@ void GmAllocator::erase_free(std::map<uint64_t, FreeBlock>::iterator it) {
 
 StatusOr<uint64_t> GmAllocator::allocate(uint64_t bytes, uint64_t alignment) {
   if (bytes == 0) return invalid_argument("device allocation of 0 bytes");
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 4096) {
+  if (!is_pow2(alignment) || alignment > 4096) {
     return invalid_argument("device allocation alignment " + std::to_string(alignment) +
                             " is not a power of two <= 4096");
   }

@@ -15,6 +15,7 @@
 
 #include "hal/sim/dequant_kernels.h"
 #include "hal/sim/tile_kernels.h"
+#include "npurt/base/math.h"
 #include "npurt/isa/verifier.h"
 
 namespace npurt::sim {
@@ -125,7 +126,7 @@ Core::Core(uint32_t id, uint32_t local_bytes, uint32_t icache_sets, uint32_t ica
            uint32_t icache_line_bytes)
     : id_(id),
       local_size_(local_bytes),
-      local_(static_cast<uint8_t*>(std::aligned_alloc(64, (local_bytes + 63) / 64 * 64)), std::free) {
+      local_(static_cast<uint8_t*>(std::aligned_alloc(64, round_up(local_bytes, 64))), std::free) {
   // Local memory starts as garbage on hardware; a fixed pattern keeps runs reproducible.
   std::memset(local_.get(), 0xA5, local_size_);
   icache_.configure(icache_sets, icache_ways, icache_line_bytes);
@@ -152,12 +153,6 @@ struct Core::Exec {
                   isa::opcode_name(in ? in->op : 0).data());
     *fault = Status(code, where + msg);
     return false;
-  }
-
-  static std::string hex(uint64_t v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-    return buf;
   }
 
   // ---- operands ----

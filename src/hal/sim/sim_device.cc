@@ -13,6 +13,7 @@
 #include "hal/sim/allocator.h"
 #include "hal/sim/core.h"
 #include "hal/sim/host_pool.h"
+#include "npurt/base/math.h"
 #include "npurt/base/trace.h"
 #include "npurt/hal/sim_device.h"
 
@@ -23,14 +24,6 @@ using sim::spin_until;
 
 constexpr uint64_t kGmBase = 0x1'0000'0000ull;  // device addresses never start at 0
 constexpr int kHostSpins = 20000;               // ~tens of microseconds before sleeping
-
-std::string hex(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-bool is_pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 // Blocks until `counter` >= target: spins briefly (completions usually come within
 // microseconds), then sleeps on `cv`, which the producer notifies under `mu`.

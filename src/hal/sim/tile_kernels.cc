@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "npurt/base/math.h"
 #include "npurt/base/status.h"
 
 // Compiled targets: AVX-512 (AVX3), AVX2 and the portable fallback. SSSE3/SSE4 would
@@ -77,8 +78,6 @@ struct KernelTable {
 enum ScratchSlot { kScratchA, kScratchB, kScratchBRows, kNumScratchSlots };
 float* scratch_floats(ScratchSlot slot, size_t count);
 
-inline constexpr size_t div_ceil(size_t a, size_t b) { return (a + b - 1) / b; }
-
 }  // namespace npurt::sim::detail
 
 #endif  // NPURT_HAL_SIM_TILE_KERNELS_SHARED_
@@ -90,7 +89,6 @@ namespace HWY_NAMESPACE {
 namespace {
 
 namespace hn = hwy::HWY_NAMESPACE;
-using detail::div_ceil;
 using isa::DType;
 
 using DF = hn::ScalableTag<float>;
@@ -725,7 +723,7 @@ const float* DotOperandB(const void* b, DType type, bool trans_b, size_t n, size
     *ldb = k;
     return static_cast<const float*>(b);
   }
-  const size_t padded = div_ceil(k, kDotChunk) * kDotChunk;
+  const size_t padded = ceil_div(k, kDotChunk) * kDotChunk;
   float* packed = detail::scratch_floats(detail::kScratchB, n * padded);
   if (trans_b) {
     for (size_t j = 0; j < n; ++j) ToF32(type, ElementAt(b, type, j * k), packed + j * padded, k);
@@ -857,7 +855,7 @@ void OuterMatmul(const typename Format::T* a, const OuterOperand& b, float* c, s
     }
     for (size_t j0 = 0; j0 < n; j0 += b.width) {
       const size_t cols = std::min(b.width, n - j0);
-      const size_t vecs = div_ceil(cols, kN);
+      const size_t vecs = ceil_div(cols, kN);
       const float* b_slice = b.data + j0 / b.width * b.stride + p0 * b.ld;
       for (size_t i0 = 0; i0 < m; i0 += kOuterRows) {
         const size_t rows = std::min(kOuterRows, m - i0);
@@ -891,8 +889,8 @@ OuterOperand OuterOperandB(const void* b, DType type, bool trans_b, size_t n, si
   if (!trans_b && type == DType::kF32 && n % kN == 0) {
     return {static_cast<const float*>(b), n, kOuterWidth, kOuterWidth};
   }
-  const size_t width = std::min(kOuterWidth, div_ceil(n, kN) * kN);
-  float* packed = detail::scratch_floats(detail::kScratchB, div_ceil(n, width) * k * width);
+  const size_t width = std::min(kOuterWidth, ceil_div(n, kN) * kN);
+  float* packed = detail::scratch_floats(detail::kScratchB, ceil_div(n, width) * k * width);
   const float* rows = static_cast<const float*>(b);  // trans_b: B as f32 rows
   if (trans_b && type != DType::kF32) {
     float* converted = detail::scratch_floats(detail::kScratchBRows, n * k);
