@@ -18,12 +18,7 @@
 #include "isa/quant_layout.h"
 #include "npurt/isa/quant.h"
 
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
-#endif
-#ifndef HWY_COMPILE_ALL_ATTAINABLE
-#define HWY_COMPILE_ALL_ATTAINABLE
-#endif
+#include "hal/sim/hwy_targets.h"  // before any Highway header
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "hal/sim/dequant_kernels.cc"
