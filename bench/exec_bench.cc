@@ -27,6 +27,7 @@
 #include "npurt/runtime/runtime.h"
 #include "npurt/exec/worker.h"
 #include "npurt/runtime/runtime.h"
+#include "isa/elementwise_kernel.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/builder.h"
 
@@ -87,22 +88,7 @@ isa::Image stream_add_kernel() {
 }
 
 isa::Image small_add_kernel() {
-  using namespace isa;
-  KernelBuilder b("small_add");
-  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
-  const uint8_t y = b.arg_buffer("y", Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const Reg off{0}, bid{1};
-  const Tile tx{0}, ty{1};
-  b.block_id(bid);
-  b.alui(AluOp::kMul, off, bid, 64 * 4);
-  b.tdef(tx, DType::kF32, 1, 64, 0);
-  b.tdef(ty, DType::kF32, 1, 64, 64 * 4);
-  b.tld(tx, x, off, DType::kF32);
-  b.tld(ty, y, off, DType::kF32);
-  b.tbin(BinOp::kAdd, tx, tx, ty);
-  b.tst(tx, out, off, DType::kF32);
-  return must(b.build());
+  return must(isa::elementwise_builder("small_add", isa::BinOp::kAdd, 64).build());
 }
 
 // ---- latency: reuse vs. a fresh stream per run ----
