@@ -12,6 +12,7 @@
 // cannot beat what the host itself allows.
 #include <benchmark/benchmark.h>
 
+#include "must.h"
 #include "samples.h"
 
 #include <algorithm>
@@ -36,23 +37,9 @@ namespace {
 using namespace npurt;
 using hal::KernelArg;
 
+using npurt::bench::must;
+using npurt::bench::sample_alternately;
 using npurt::bench::Samples;
-
-template <typename T>
-T must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "exec_bench: %s\n", v.status().to_string().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
-
-void must(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "exec_bench: %s\n", s.to_string().c_str());
-    std::abort();
-  }
-}
 
 // out = x + y over `tiles_per_block` tiles of 1024 f32 per block, `reps` times over.
 isa::Image stream_add_kernel() {
@@ -126,11 +113,8 @@ void BM_RunLatencyReuseVsStreamPerRun(benchmark::State& state) {
     run_once(*reuse);
     run_once(*fresh);
   }
-  Samples reuse_t, fresh_t;
-  for (auto _ : state) {
-    reuse_t.time([&] { run_once(*reuse); });
-    fresh_t.time([&] { run_once(*fresh); });
-  }
+  auto [reuse_t, fresh_t] =
+      sample_alternately(state, [&] { run_once(*reuse); }, [&] { run_once(*fresh); });
   const double reuse_us = reuse_t.median() * 1e6, fresh_us = fresh_t.median() * 1e6;
   state.counters["median_reuse_us"] = reuse_us;
   state.counters["median_stream_per_run_us"] = fresh_us;
@@ -284,11 +268,7 @@ void BM_PipelineDepth1VsDepth2(benchmark::State& state) {
   };
   batch(*w1);
   batch(*w2);
-  Samples t1, t2;
-  for (auto _ : state) {
-    t1.time([&] { batch(*w1); });
-    t2.time([&] { batch(*w2); });
-  }
+  auto [t1, t2] = sample_alternately(state, [&] { batch(*w1); }, [&] { batch(*w2); });
   const double run1_us = t1.median() / kBatch * 1e6, run2_us = t2.median() / kBatch * 1e6;
   state.counters["upload_us"] = rig.upload_us;
   state.counters["kernel_us"] = rig.kernel_us;
