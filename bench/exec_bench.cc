@@ -12,6 +12,7 @@
 // cannot beat what the host itself allows.
 #include <benchmark/benchmark.h>
 
+#include "must.h"
 #include "samples.h"
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "npurt/runtime/runtime.h"
 #include "npurt/exec/worker.h"
 #include "npurt/runtime/runtime.h"
+#include "isa/elementwise_kernel.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/builder.h"
 
@@ -35,23 +37,9 @@ namespace {
 using namespace npurt;
 using hal::KernelArg;
 
+using npurt::bench::must;
+using npurt::bench::sample_alternately;
 using npurt::bench::Samples;
-
-template <typename T>
-T must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "exec_bench: %s\n", v.status().to_string().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
-
-void must(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "exec_bench: %s\n", s.to_string().c_str());
-    std::abort();
-  }
-}
 
 // out = x + y over `tiles_per_block` tiles of 1024 f32 per block, `reps` times over.
 isa::Image stream_add_kernel() {
@@ -87,22 +75,7 @@ isa::Image stream_add_kernel() {
 }
 
 isa::Image small_add_kernel() {
-  using namespace isa;
-  KernelBuilder b("small_add");
-  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
-  const uint8_t y = b.arg_buffer("y", Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const Reg off{0}, bid{1};
-  const Tile tx{0}, ty{1};
-  b.block_id(bid);
-  b.alui(AluOp::kMul, off, bid, 64 * 4);
-  b.tdef(tx, DType::kF32, 1, 64, 0);
-  b.tdef(ty, DType::kF32, 1, 64, 64 * 4);
-  b.tld(tx, x, off, DType::kF32);
-  b.tld(ty, y, off, DType::kF32);
-  b.tbin(BinOp::kAdd, tx, tx, ty);
-  b.tst(tx, out, off, DType::kF32);
-  return must(b.build());
+  return must(isa::elementwise_builder("small_add", isa::BinOp::kAdd, 64).build());
 }
 
 // ---- latency: reuse vs. a fresh stream per run ----
@@ -140,11 +113,8 @@ void BM_RunLatencyReuseVsStreamPerRun(benchmark::State& state) {
     run_once(*reuse);
     run_once(*fresh);
   }
-  Samples reuse_t, fresh_t;
-  for (auto _ : state) {
-    reuse_t.time([&] { run_once(*reuse); });
-    fresh_t.time([&] { run_once(*fresh); });
-  }
+  auto [reuse_t, fresh_t] =
+      sample_alternately(state, [&] { run_once(*reuse); }, [&] { run_once(*fresh); });
   const double reuse_us = reuse_t.median() * 1e6, fresh_us = fresh_t.median() * 1e6;
   state.counters["median_reuse_us"] = reuse_us;
   state.counters["median_stream_per_run_us"] = fresh_us;
@@ -298,11 +268,7 @@ void BM_PipelineDepth1VsDepth2(benchmark::State& state) {
   };
   batch(*w1);
   batch(*w2);
-  Samples t1, t2;
-  for (auto _ : state) {
-    t1.time([&] { batch(*w1); });
-    t2.time([&] { batch(*w2); });
-  }
+  auto [t1, t2] = sample_alternately(state, [&] { batch(*w1); }, [&] { batch(*w2); });
   const double run1_us = t1.median() / kBatch * 1e6, run2_us = t2.median() / kBatch * 1e6;
   state.counters["upload_us"] = rig.upload_us;
   state.counters["kernel_us"] = rig.kernel_us;

@@ -95,6 +95,7 @@ double pingpong_us() {
   return us;
 }
 
+using bench::sample_alternately;
 using bench::Samples;
 
 void BM_LaunchEnqueue(benchmark::State& state) {
@@ -149,19 +150,16 @@ void dma(benchmark::State& state, bool to_device) {
   // Touch the device pages once so neither side pays first-touch faults in the loop.
   if (!s.dev->copy_to_device(s.stream, dev, host.data(), bytes).ok()) std::abort();
   s.dev->stream_synchronize(s.stream).ignore();
-  Samples dma_samples, memcpy_samples;
-  for (auto _ : state) {
-    dma_samples.time([&] {
-      Status st = to_device ? s.dev->copy_to_device(s.stream, dev, host.data(), bytes)
-                            : s.dev->copy_to_host(s.stream, host.data(), dev, bytes);
-      if (st.ok()) st = s.dev->stream_synchronize(s.stream);
-      if (!st.ok()) state.SkipWithError(st.to_string().c_str());
-    });
-    memcpy_samples.time([&] {
-      std::memcpy(peer_dst.data(), peer_src.data(), bytes);
-      benchmark::DoNotOptimize(peer_dst.data());
-    });
-  }
+  auto transfer = [&] {
+    Status st = to_device ? s.dev->copy_to_device(s.stream, dev, host.data(), bytes)
+                          : s.dev->copy_to_host(s.stream, host.data(), dev, bytes);
+    if (st.ok()) st = s.dev->stream_synchronize(s.stream);
+    if (!st.ok()) state.SkipWithError(st.to_string().c_str());
+  };
+  auto [dma_samples, memcpy_samples] = sample_alternately(state, transfer, [&] {
+    std::memcpy(peer_dst.data(), peer_src.data(), bytes);
+    benchmark::DoNotOptimize(peer_dst.data());
+  });
   s.dev->free(dev).ignore();
   const double gbps = bytes / dma_samples.median() / 1e9;
   const double peer = bytes / memcpy_samples.median() / 1e9;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "must.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/ops/operator.h"
@@ -33,27 +34,20 @@ class OpRunner {
       }
       const auto bytes = testing::random_bytes_for(a, rng);
       const hal::DeviceAddr addr = dev_->allocate(bytes.size()).value();
-      check(dev_->copy_to_device(stream_, addr, bytes.data(), bytes.size()));
-      check(dev_->stream_synchronize(stream_));  // the copy reads `bytes` asynchronously
+      must(dev_->copy_to_device(stream_, addr, bytes.data(), bytes.size()));
+      must(dev_->stream_synchronize(stream_));  // the copy reads `bytes` asynchronously
       params_.args.push_back(hal::KernelArg::buffer(addr, bytes.size()));
     }
   }
 
   void run() {
-    check(dev_->launch(stream_, params_));
-    check(dev_->stream_synchronize(stream_));
+    must(dev_->launch(stream_, params_));
+    must(dev_->stream_synchronize(stream_));
   }
   uint32_t grid() const { return kernel_->grid; }
   hal::Device& device() { return *dev_; }
 
  private:
-  static void check(const Status& s) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "operator benchmark: %s\n", s.to_string().c_str());
-      std::abort();
-    }
-  }
-
   std::shared_ptr<hal::Device> dev_;
   std::unique_ptr<exec::CodeRegistry> registry_;
   std::unique_ptr<ops::Kernel> kernel_;

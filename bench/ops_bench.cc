@@ -55,6 +55,14 @@ int blas_threads() {
   return n;
 }
 
+// Our rate next to the peer's (or limit's) measured in the same run, and their ratio.
+void report_rates(benchmark::State& state, const char* ours, double ours_rate, const char* peer, double peer_rate,
+                  const char* ratio) {
+  state.counters[ours] = ours_rate;
+  state.counters[peer] = peer_rate;
+  state.counters[ratio] = ours_rate / peer_rate;
+}
+
 // With `cold`, a 512 MiB read evicts the caches before every timed sample of either
 // side, so both stream their weights from DRAM; without, both run from warm caches.
 void BM_GemvBf16VsSgemv(benchmark::State& state) {
@@ -79,9 +87,7 @@ void BM_GemvBf16VsSgemv(benchmark::State& state) {
   const double ours_gbps = weights * 2 / mine.median() / 1e9, peer_gbps = weights * 4 / peer.median() / 1e9;
   state.SetLabel(cold ? "caches flushed before each sample" : "warm caches");
   state.counters["median_us"] = mine.median() * 1e6;
-  state.counters["weight_GBps"] = ours_gbps;
-  state.counters["sgemv_weight_GBps"] = peer_gbps;
-  state.counters["ratio_to_sgemv"] = ours_gbps / peer_gbps;
+  report_rates(state, "weight_GBps", ours_gbps, "sgemv_weight_GBps", peer_gbps, "ratio_to_sgemv");
   state.counters["target_ratio"] = 0.8;
 }
 BENCHMARK(BM_GemvBf16VsSgemv)
@@ -99,18 +105,13 @@ void BM_GemvQuantVsStreamRead(benchmark::State& state) {
   const uint64_t m = 262144, k = type == DType::kQ4_K ? 768 : 640;
   OpRunner ours(ops::Gemv({.m = m, .k = k, .weight = type}));
   static StreamRead stream;
-  Samples mine, limit;
-  for (auto _ : state) {
-    mine.time([&] { ours.run(); });
-    limit.time([&] { benchmark::DoNotOptimize(stream.run()); });
-  }
+  auto [mine, limit] =
+      sample_alternately(state, [&] { ours.run(); }, [&] { benchmark::DoNotOptimize(stream.run()); });
   const double bytes = double(isa::dtype_bytes(type, m * k));
   const double ours_gbps = bytes / mine.median() / 1e9, read_gbps = stream.bytes() / limit.median() / 1e9;
   state.SetLabel(std::string(isa::dtype_name(type)) + " " + std::to_string(m) + "x" + std::to_string(k));
   state.counters["median_us"] = mine.median() * 1e6;
-  state.counters["weight_GBps"] = ours_gbps;
-  state.counters["stream_read_GBps"] = read_gbps;
-  state.counters["ratio_to_read"] = ours_gbps / read_gbps;
+  report_rates(state, "weight_GBps", ours_gbps, "stream_read_GBps", read_gbps, "ratio_to_read");
   state.counters["target_ratio"] = 0.7;
 }
 BENCHMARK(BM_GemvQuantVsStreamRead)
@@ -127,20 +128,14 @@ void BM_GemmBf16VsSgemm(benchmark::State& state) {
   const auto a = random_f32(size_t(n) * n), b = random_f32(size_t(n) * n);
   std::vector<float> c(size_t(n) * n);
   blas_threads();
-  Samples mine, peer;
-  for (auto _ : state) {
-    mine.time([&] { ours.run(); });
-    peer.time([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-      benchmark::DoNotOptimize(c.data());
-    });
-  }
+  auto [mine, peer] = sample_alternately(state, [&] { ours.run(); }, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  });
   const double flops = 2.0 * n * n * n;
   const double ours_gflops = flops / mine.median() / 1e9, peer_gflops = flops / peer.median() / 1e9;
   state.counters["median_ms"] = mine.median() * 1e3;
-  state.counters["GFLOPs"] = ours_gflops;
-  state.counters["sgemm_GFLOPs"] = peer_gflops;
-  state.counters["ratio_to_sgemm"] = ours_gflops / peer_gflops;
+  report_rates(state, "GFLOPs", ours_gflops, "sgemm_GFLOPs", peer_gflops, "ratio_to_sgemm");
   state.counters["target_ratio"] = 0.5;
 }
 BENCHMARK(BM_GemmBf16VsSgemm)->Arg(1024)->ArgName("n")->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -156,22 +151,16 @@ void BM_WeightGemmVsSgemm(benchmark::State& state) {
   const auto x = random_f32(t * k), w = random_f32(m * k);
   std::vector<float> y(t * m);
   blas_threads();
-  Samples mine, peer;
-  for (auto _ : state) {
-    mine.time([&] { ours.run(); });
-    peer.time([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t), int(m), int(k), 1.f, x.data(), int(k), w.data(),
-                  int(k), 0.f, y.data(), int(m));
-      benchmark::DoNotOptimize(y.data());
-    });
-  }
+  auto [mine, peer] = sample_alternately(state, [&] { ours.run(); }, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t), int(m), int(k), 1.f, x.data(), int(k), w.data(),
+                int(k), 0.f, y.data(), int(m));
+    benchmark::DoNotOptimize(y.data());
+  });
   const double flops = 2.0 * double(t) * double(m) * double(k);
   const double ours_gflops = flops / mine.median() / 1e9, peer_gflops = flops / peer.median() / 1e9;
   state.SetLabel(std::string(isa::dtype_name(weight)) + " " + std::to_string(m) + "x" + std::to_string(k));
   state.counters["median_ms"] = mine.median() * 1e3;
-  state.counters["GFLOPs"] = ours_gflops;
-  state.counters["sgemm_GFLOPs"] = peer_gflops;
-  state.counters["ratio_to_sgemm"] = ours_gflops / peer_gflops;
+  report_rates(state, "GFLOPs", ours_gflops, "sgemm_GFLOPs", peer_gflops, "ratio_to_sgemm");
   state.counters["fma_peak_GFLOPs"] = fma_peak_gflops() * std::thread::hardware_concurrency();
 }
 BENCHMARK(BM_WeightGemmVsSgemm)
@@ -197,11 +186,7 @@ class EmptyOp final : public ops::Operator {
 void latency(benchmark::State& state, const ops::Operator& op, std::map<std::string, uint64_t> scalars = {}) {
   OpRunner ours(op, std::move(scalars));
   OpRunner empty{EmptyOp()};
-  Samples mine, floor;
-  for (auto _ : state) {
-    mine.time([&] { ours.run(); });
-    floor.time([&] { empty.run(); });
-  }
+  auto [mine, floor] = sample_alternately(state, [&] { ours.run(); }, [&] { empty.run(); });
   state.SetLabel(op.name() + ", grid " + std::to_string(ours.grid()));
   state.counters["median_us"] = mine.median() * 1e6;
   state.counters["empty_kernel_us"] = floor.median() * 1e6;

@@ -2,8 +2,11 @@
 // own counters are means).
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 namespace npurt::bench {
@@ -22,5 +25,17 @@ struct Samples {
     return seconds[seconds.size() / 2];
   }
 };
+
+// Times `a` and `b` alternately, once each per benchmark iteration, so that both see
+// the same machine state; returns their samples in that order.
+template <typename A, typename B>
+std::pair<Samples, Samples> sample_alternately(benchmark::State& state, A a, B b) {
+  Samples sa, sb;
+  for (auto _ : state) {
+    sa.time(a);
+    sb.time(b);
+  }
+  return {std::move(sa), std::move(sb)};
+}
 
 }  // namespace npurt::bench

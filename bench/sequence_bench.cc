@@ -14,28 +14,13 @@
 #include "npurt/ops/gemv.h"
 #include "npurt/ops/rmsnorm.h"
 #include "ops/random_inputs.h"
+#include "must.h"
 #include "samples.h"
 
 namespace npurt::bench {
 namespace {
 
 using isa::DType;
-
-template <typename T>
-T must(StatusOr<T> v) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "sequence benchmark: %s\n", v.status().to_string().c_str());
-    std::abort();
-  }
-  return std::move(v).value();
-}
-
-void must_ok(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "sequence benchmark: %s\n", s.to_string().c_str());
-    std::abort();
-  }
-}
 
 struct Rig {
   Rig() : runtime(must(Runtime::create_sim())), memory(&runtime->memory()) {}
@@ -61,11 +46,11 @@ double empty_launch_seconds(hal::Device& dev, exec::CodeRegistry& registry) {
   Samples t;
   for (int i = 0; i < 200; ++i) {
     t.time([&] {
-      must_ok(dev.launch(s, {code.address(), 1, {}}));
-      must_ok(dev.stream_synchronize(s));
+      must(dev.launch(s, {code.address(), 1, {}}));
+      must(dev.stream_synchronize(s));
     });
   }
-  must_ok(dev.destroy_stream(s));
+  must(dev.destroy_stream(s));
   return t.median();
 }
 
@@ -93,7 +78,7 @@ void BM_SequenceOverheadPerStep(benchmark::State& state) {
   rig.fill("w", DType::kF32, 2);
   const double floor = empty_launch_seconds(rig.runtime->device(), rig.runtime->registry());
   Samples calls;
-  for (auto _ : state) calls.time([&] { must_ok(rig.seq->call()); });
+  for (auto _ : state) calls.time([&] { must(rig.seq->call()); });
   constexpr double kSteps = 5;
   state.SetLabel(d == graph::Dispatch::kFused ? "fused: 1 launch per call" : "separate: 5 launches per call");
   state.counters["median_call_us"] = calls.median() * 1e6;
@@ -130,14 +115,14 @@ void BM_SwigluBytesPerCall(benchmark::State& state) {
   rig.seq = must(s.compile(*rig.runtime));
   for (const char* w : {"w_gate", "w_up", "w_down"}) rig.fill(w, DType::kQ8_0, 3);
   rig.fill("x", DType::kF32, 4);
-  must_ok(rig.seq->call());  // first call: weights go up once
+  must(rig.seq->call());  // first call: weights go up once
   View x = must(rig.seq->get_buffer("x"));
   const hal::Counters before = rig.runtime->device().counters();
   Samples calls;
   uint64_t n = 0;
   for (auto _ : state) {
     x.data()[0] ^= 1;  // a new input every call (a tracked raw write)
-    calls.time([&] { must_ok(rig.seq->call()); });
+    calls.time([&] { must(rig.seq->call()); });
     ++n;
   }
   const hal::Counters after = rig.runtime->device().counters();

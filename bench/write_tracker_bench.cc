@@ -76,6 +76,14 @@ void report_per_page(benchmark::State& state, double total_seconds, size_t pages
   state.SetItemsProcessed(static_cast<int64_t>(pages));
 }
 
+// Ends the timed part of an iteration that began at t0: reports it as the
+// iteration's manual time and adds it to *total.
+void end_timed(benchmark::State& state, Clock::time_point t0, double* total) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  state.SetIterationTime(seconds);
+  *total += seconds;
+}
+
 // Time to write one byte to each of kPages protected pages; the collect that
 // re-protects them between iterations is not timed.
 void BM_FirstWriteToProtectedPage(benchmark::State& state, Mechanism mechanism) {
@@ -86,9 +94,7 @@ void BM_FirstWriteToProtectedPage(benchmark::State& state, Mechanism mechanism) 
   for (auto _ : state) {
     const auto t0 = Clock::now();
     m.touch_pages(1);
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    state.SetIterationTime(seconds);
-    total += seconds;
+    end_timed(state, t0, &total);
     if (!tracker->take_dirty(0, m.length()).ok()) state.SkipWithError("take_dirty failed");
   }
   report_per_page(state, total, kPages, tracker->stats().faults_caught);
@@ -107,10 +113,8 @@ void BM_CollectAndReprotect(benchmark::State& state, Mechanism mechanism) {
     m.touch_pages(stride);
     const auto t0 = Clock::now();
     auto dirty = tracker->take_dirty(0, m.length());
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    end_timed(state, t0, &total);
     if (!dirty.ok()) state.SkipWithError(dirty.status().to_string().c_str());
-    state.SetIterationTime(seconds);
-    total += seconds;
   }
   report_per_page(state, total, kPages / stride, tracker->stats().faults_caught);
   state.counters["syscalls_per_take"] = static_cast<double>(tracker->stats().protect_syscalls) /
@@ -124,9 +128,7 @@ void BM_PlainWrite(benchmark::State& state) {
   for (auto _ : state) {
     const auto t0 = Clock::now();
     m.touch_pages(1);
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    state.SetIterationTime(seconds);
-    total += seconds;
+    end_timed(state, t0, &total);
   }
   report_per_page(state, total, kPages, 0);
 }

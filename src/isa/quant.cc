@@ -3,6 +3,9 @@
 #include <bit>
 #include <cassert>
 #include <cstring>
+#include <type_traits>
+
+#include "isa/quant_layout.h"
 
 namespace npurt::isa {
 
@@ -15,17 +18,6 @@ Block load_block(const uint8_t* p) {
   Block b;
   std::memcpy(&b, p, sizeof b);
   return b;
-}
-
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block.
-void scale_min_k4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
 }
 
 void row_q8_0(const uint8_t* src, float* y, size_t nb) {
@@ -77,9 +69,12 @@ inline void scaled_minus(const uint8_t* q, float d1, float m1, float* y) {
   }
 }
 
-void row_q4_k(const uint8_t* src, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ4_K), y += 256) {
-    const auto b = load_block<BlockQ4_K>(src);
+// Q4_K and Q5_K: the low and high nibbles of each 32-byte run of qs are two
+// sub-blocks; Q5_K adds a fifth bit to each value from qh.
+template <typename Block>
+void row_q4_k_q5_k(const uint8_t* src, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, src += sizeof(Block), y += 256) {
+    const auto b = load_block<Block>(src);
     const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
     for (int c = 0; c < 4; ++c) {
       uint8_t sc0, m0, sc1, m1;
@@ -90,28 +85,11 @@ void row_q4_k(const uint8_t* src, float* y, size_t nb) {
       for (int l = 0; l < 32; ++l) {
         lo[l] = qs[l] & 15;
         hi[l] = qs[l] >> 4;
-      }
-      scaled_minus(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * c);
-      scaled_minus(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), y + 64 * c + 32);
-    }
-  }
-}
-
-void row_q5_k(const uint8_t* src, float* y, size_t nb) {
-  for (size_t i = 0; i < nb; ++i, src += sizeof(BlockQ5_K), y += 256) {
-    const auto b = load_block<BlockQ5_K>(src);
-    const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
-    for (int c = 0; c < 4; ++c) {
-      uint8_t sc0, m0, sc1, m1;
-      scale_min_k4(2 * c, b.scales, &sc0, &m0);
-      scale_min_k4(2 * c + 1, b.scales, &sc1, &m1);
-      const uint8_t* qs = b.qs + 32 * c;
-      // Bit 2c of qh[l] is the fifth bit of the low-nibble value, bit 2c+1 that of the high one.
-      const int s0 = 2 * c, s1 = 2 * c + 1;
-      uint8_t lo[32], hi[32];
-      for (int l = 0; l < 32; ++l) {
-        lo[l] = static_cast<uint8_t>((qs[l] & 15) | (((b.qh[l] >> s0) & 1) << 4));
-        hi[l] = static_cast<uint8_t>((qs[l] >> 4) | (((b.qh[l] >> s1) & 1) << 4));
+        if constexpr (std::is_same_v<Block, BlockQ5_K>) {
+          // Bit 2c of qh[l] is the fifth bit of the low-nibble value, bit 2c+1 that of the high one.
+          lo[l] = static_cast<uint8_t>(lo[l] | (((b.qh[l] >> (2 * c)) & 1) << 4));
+          hi[l] = static_cast<uint8_t>(hi[l] | (((b.qh[l] >> (2 * c + 1)) & 1) << 4));
+        }
       }
       scaled_minus(lo, d * static_cast<float>(sc0), dmin * static_cast<float>(m0), y + 64 * c);
       scaled_minus(hi, d * static_cast<float>(sc1), dmin * static_cast<float>(m1), y + 64 * c + 32);
@@ -128,14 +106,8 @@ void row_q6_k(const uint8_t* src, float* y, size_t nb) {
       const uint8_t* qh = b.qh + 32 * half;
       const int8_t* sc = b.scales + 8 * half;
       float* out = y + 128 * half;
-      // q[32k + l] is the spec's q(k+1) for position l.
       int8_t q[128];
-      for (int l = 0; l < 32; ++l) {
-        q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
-        q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-      }
+      unpack_q6_k_half(ql, qh, q);
       // Output group g (16 values at 16g) uses scale sc[is + 2k] with k = g / 2, is = g % 2,
       // which is sc[g]; the product is d * sc, then times q.
       for (int g = 0; g < 8; ++g) {
@@ -158,8 +130,8 @@ void dequantize_row(const void* blocks, DType type, float* out, size_t n) {
     case DType::kQ8_0: row_q8_0(src, out, nb); return;
     case DType::kQ4_0: row_q4_0(src, out, nb); return;
     case DType::kQ5_0: row_q5_0(src, out, nb); return;
-    case DType::kQ4_K: row_q4_k(src, out, nb); return;
-    case DType::kQ5_K: row_q5_k(src, out, nb); return;
+    case DType::kQ4_K: row_q4_k_q5_k<BlockQ4_K>(src, out, nb); return;
+    case DType::kQ5_K: row_q4_k_q5_k<BlockQ5_K>(src, out, nb); return;
     case DType::kQ6_K: row_q6_k(src, out, nb); return;
     default: assert(false && "dequantize_row: not a quantized dtype"); return;
   }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hal/sim/dequant_kernels.h"
@@ -797,6 +798,18 @@ TEST(TmvFaults, UninitializedWeightsAreAHazardUnderTheSanitizer) {
   EXPECT_EQ(s.code(), StatusCode::kHazard) << s.to_string();
 }
 
+// `b` builds and its disassembly contains `text`; with `bad` appended it fails to
+// build, naming `rule`.
+void expect_text_then_rejected(KernelBuilder b, const std::string& text, const Insn& bad,
+                               const std::string& rule) {
+  auto image = b.build();
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  EXPECT_NE(disassemble(*image).find(text), std::string::npos) << disassemble(*image);
+  b.emit(bad);
+  const Status s = b.build().status();
+  EXPECT_TRUE(contains(s, rule)) << s.to_string();
+}
+
 TEST(TmvEncoding, DisassemblesAndRejectsForeignFlags) {
   KernelBuilder b("tmv_text");
   const uint8_t aw = b.arg_buffer("w", Access::kIn, DType::kQ4_K);
@@ -804,18 +817,10 @@ TEST(TmvEncoding, DisassemblesAndRejectsForeignFlags) {
   b.tdef(Tile{0}, DType::kF32, 4, 1, 0);
   b.tdef(Tile{1}, DType::kF32, 1, 256, 64);
   b.tmv(Tile{0}, aw, zero, zero, Tile{1}, DType::kQ4_K, /*accumulate=*/true);
-  auto image = b.build();
-  ASSERT_TRUE(image.ok()) << image.status().to_string();
-  EXPECT_NE(disassemble(*image).find("tmv t0, arg0[r0], stride_bytes r0, t1, q4_K, accumulate"), std::string::npos)
-      << disassemble(*image);
-  Insn bad{};
-  bad.op = static_cast<uint8_t>(Opcode::kTmv);
+  Insn bad = make_insn(Opcode::kTmv, 0, 0, 0, 0, static_cast<uint8_t>(DType::kF32), kTransB | kAccumulate);
   bad.e = 1;
-  bad.sub = static_cast<uint8_t>(DType::kF32);
-  bad.flags = kTransB | kAccumulate;
-  b.emit(bad);
-  const Status s = b.build().status();
-  EXPECT_TRUE(contains(s, "kAccumulate")) << s.to_string();
+  expect_text_then_rejected(std::move(b), "tmv t0, arg0[r0], stride_bytes r0, t1, q4_K, accumulate", bad,
+                            "kAccumulate");
 }
 TEST(TldqEncoding, TransposedDisassemblesAndForeignFlagsAreRejected) {
   KernelBuilder b("tldq_text");
@@ -824,17 +829,8 @@ TEST(TldqEncoding, TransposedDisassemblesAndForeignFlagsAreRejected) {
   b.li(zero, 0);
   b.tdef(Tile{0}, DType::kF32, 32, 4, 0);
   b.tldq(Tile{0}, aw, zero, zero, DType::kQ8_0, /*transposed=*/true);
-  auto image = b.build();
-  ASSERT_TRUE(image.ok()) << image.status().to_string();
-  EXPECT_NE(disassemble(*image).find("tldq t0, arg0[r0], stride_bytes r0, q8_0, trans"), std::string::npos)
-      << disassemble(*image);
-  Insn bad{};
-  bad.op = static_cast<uint8_t>(Opcode::kTldq);
-  bad.sub = static_cast<uint8_t>(DType::kQ8_0);
-  bad.flags = kAccumulate;
-  b.emit(bad);
-  const Status s = b.build().status();
-  EXPECT_TRUE(contains(s, "kTransB")) << s.to_string();
+  const Insn bad = make_insn(Opcode::kTldq, 0, 0, 0, 0, static_cast<uint8_t>(DType::kQ8_0), kAccumulate);
+  expect_text_then_rejected(std::move(b), "tldq t0, arg0[r0], stride_bytes r0, q8_0, trans", bad, "kTransB");
 }
 }  // namespace
 }  // namespace npurt

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "sim_test_util.h"
 
@@ -12,6 +13,12 @@ namespace {
 
 using namespace npurt::testing;
 using hal::KernelArg;
+
+// The add kernel's arguments: x, y and out, each `bytes` long.
+std::vector<KernelArg> add_args(hal::DeviceAddr x, hal::DeviceAddr y, hal::DeviceAddr out,
+                                uint64_t bytes = 256) {
+  return {KernelArg::buffer(x, bytes), KernelArg::buffer(y, bytes), KernelArg::buffer(out, bytes)};
+}
 
 TEST(SimDevice, RejectsBadOptionsNamingTheField) {
   hal::SimOptions o;
@@ -72,8 +79,7 @@ TEST(SimDevice, LaunchComputesOnEveryBlock) {
   const auto x = random_floats(n, 2), y = random_floats(n, 3);
   const auto dx = put(*dev, s, x), dy = put(*dev, s, y);
   const auto dout = put(*dev, s, std::vector<float>(n, std::nanf("")));  // poisoned
-  NPURT_ASSERT_OK(dev->launch(s, {code, 20, {KernelArg::buffer(dx, n * 4), KernelArg::buffer(dy, n * 4),
-                                             KernelArg::buffer(dout, n * 4)}}));
+  NPURT_ASSERT_OK(dev->launch(s, {code, 20, add_args(dx, dy, dout, n * 4)}));
   NPURT_ASSERT_OK(dev->stream_synchronize(s));
   const auto out = get<float>(*dev, s, dout, n);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], x[i] + y[i]) << i;
@@ -128,8 +134,7 @@ TEST(SimDevice, OutOfBoundsAccessFaultsTheStreamAndTheDeviceStaysUsable) {
   NPURT_ASSERT_OK(dev->destroy_stream(bad_stream));
   // Other streams, the same kernel with good arguments, and new streams all work.
   const auto dy = put(*dev, good_stream, random_floats(64, 5));
-  NPURT_ASSERT_OK(dev->launch(good_stream, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(dy, 256),
-                                                       KernelArg::buffer(dout, 256)}}));
+  NPURT_ASSERT_OK(dev->launch(good_stream, {code, 1, add_args(dx, dy, dout)}));
   NPURT_ASSERT_OK(dev->stream_synchronize(good_stream));
   auto fresh = dev->create_stream().value();
   const auto out = get<float>(*dev, fresh, dout, 64);
@@ -208,8 +213,7 @@ TEST(SimDevice, EventAfterAFaultReportsTheFaultToWaiters) {
   const auto code = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
   const auto small = dev->allocate(4).value();
   auto ev = dev->create_event().value();
-  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::buffer(small, 4), KernelArg::buffer(small, 4),
-                                            KernelArg::buffer(small, 4)}}));
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, add_args(small, small, small, 4)}));
   NPURT_ASSERT_OK(dev->record_event(s, ev));
   NPURT_ASSERT_OK(dev->wait_event(consumer, ev));
   EXPECT_EQ(dev->event_synchronize(ev).code(), StatusCode::kDeviceFault);
@@ -277,8 +281,7 @@ TEST(SimDevice, SanitizerReportsReadsOfNeverWrittenMemory) {
   const auto dx = put(*dev, s, random_floats(64, 6));
   const auto dy = dev->allocate(256).value();  // never written
   const auto dout = dev->allocate(256).value();
-  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(dy, 256),
-                                            KernelArg::buffer(dout, 256)}}));
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, add_args(dx, dy, dout)}));
   Status st = dev->stream_synchronize(s);
   EXPECT_EQ(st.code(), StatusCode::kHazard);
   EXPECT_TRUE(contains(st, "read of never-written global memory")) << st.to_string();
@@ -289,14 +292,12 @@ TEST(SimDevice, SanitizerReportsReadsOfNeverWrittenMemory) {
   auto s2 = dev->create_stream().value();
   const std::vector<float> y = random_floats(64, 7);
   NPURT_ASSERT_OK(dev->copy_to_device(s2, dy, y.data(), 256));
-  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(dy, 256),
-                                             KernelArg::buffer(dout, 256)}}));
+  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, add_args(dx, dy, dout)}));
   NPURT_ASSERT_OK(dev->stream_synchronize(s2));
   NPURT_ASSERT_OK(dev->free(dy));
   const auto again = dev->allocate(256).value();
   ASSERT_EQ(again, dy);
-  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, {KernelArg::buffer(dx, 256), KernelArg::buffer(again, 256),
-                                             KernelArg::buffer(dout, 256)}}));
+  NPURT_ASSERT_OK(dev->launch(s2, {code, 1, add_args(dx, again, dout)}));
   EXPECT_EQ(dev->stream_synchronize(s2).code(), StatusCode::kHazard);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "npurt/base/math.h"
+#include "isa/elementwise_kernel.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/builder.h"
 
@@ -124,21 +125,7 @@ inline bool contains(const Status& s, std::string_view text) {
 // out[i] = x[i] <op> y[i] over n f32 elements (n a multiple of `tile`), one tile per
 // block: the kernel the scheduling and hazard tests use.
 inline StatusOr<isa::Image> elementwise_kernel(std::string name, isa::BinOp op, uint32_t tile = 64) {
-  using namespace isa;
-  KernelBuilder b(std::move(name));
-  const uint8_t x = b.arg_buffer("x", Access::kIn, DType::kF32);
-  const uint8_t y = b.arg_buffer("y", Access::kIn, DType::kF32);
-  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
-  const Reg off{0}, bid{1};
-  const Tile tx{0}, ty{1};
-  b.block_id(bid);
-  b.alui(AluOp::kMul, off, bid, tile * 4);
-  b.tdef(tx, DType::kF32, 1, static_cast<int>(tile), 0);
-  b.tdef(ty, DType::kF32, 1, static_cast<int>(tile), tile * 4);
-  b.tld(tx, x, off, DType::kF32);
-  b.tld(ty, y, off, DType::kF32);
-  b.tbin(op, tx, tx, ty);
-  b.tst(tx, out, off, DType::kF32);
+  isa::KernelBuilder b = isa::elementwise_builder(std::move(name), op, tile);
   b.exit();
   return b.build();
 }

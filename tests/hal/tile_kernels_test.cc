@@ -72,33 +72,25 @@ class Random {
 
 // ---- Reference conversions --------------------------------------------------------------
 
-double BF16Value(uint16_t h) {
-  const int exp = (h >> 7) & 0xFF;
-  const int mant = h & 0x7F;
+// The value of a 16-bit float (sign, exponent, `mant_bits` mantissa bits) by its
+// definition, not by bit manipulation.
+double Float16Value(uint16_t h, int mant_bits) {
+  const int exp_all_ones = (1 << (15 - mant_bits)) - 1, bias = exp_all_ones / 2;
+  const int exp = (h >> mant_bits) & exp_all_ones;
+  const int mant = h & ((1 << mant_bits) - 1);
   double mag;
   if (exp == 0) {
-    mag = std::ldexp(mant, -133);
-  } else if (exp == 0xFF) {
+    mag = std::ldexp(mant, 1 - bias - mant_bits);
+  } else if (exp == exp_all_ones) {
     mag = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
   } else {
-    mag = std::ldexp(128 + mant, exp - 134);
+    mag = std::ldexp((1 << mant_bits) + mant, exp - bias - mant_bits);
   }
   return (h & 0x8000) ? -mag : mag;
 }
 
-double F16Value(uint16_t h) {
-  const int exp = (h >> 10) & 0x1F;
-  const int mant = h & 0x3FF;
-  double mag;
-  if (exp == 0) {
-    mag = std::ldexp(mant, -24);
-  } else if (exp == 0x1F) {
-    mag = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  } else {
-    mag = std::ldexp(1024 + mant, exp - 25);
-  }
-  return (h & 0x8000) ? -mag : mag;
-}
+double BF16Value(uint16_t h) { return Float16Value(h, 7); }
+double F16Value(uint16_t h) { return Float16Value(h, 10); }
 
 // Rounds f to the nearest value of a 16-bit format, ties to the even encoding.
 // `positive` lists the format's finite non-negative values by encoding;
@@ -559,20 +551,13 @@ struct UnaryCase {
 
 UnaryCase CaseFor(UnOp op) {
   switch (op) {
-    case UnOp::kExp:
-      return {0.001f, 20.0f, false, false, kTolTranscendental};
-    case UnOp::kRsqrt:
-      return {0.001f, 1000.0f, true, false, kTolArith};
-    case UnOp::kSqrt:
-      return {0.001f, 1000.0f, true, true, kTolArith};
-    case UnOp::kTanh:
-      return {0.001f, 10.0f, false, false, kTolTranscendental};
-    case UnOp::kGeluTanh:
-      return {0.001f, 8.0f, false, false, kTolTranscendental};
-    case UnOp::kSilu:
-      return {0.001f, 20.0f, false, false, kTolTranscendental};
-    default:  // recip, neg, abs
-      return {0.001f, 1000.0f, false, true, kTolArith};
+    case UnOp::kExp: return {0.001f, 20.0f, false, false, kTolTranscendental};
+    case UnOp::kRsqrt: return {0.001f, 1000.0f, true, false, kTolArith};
+    case UnOp::kSqrt: return {0.001f, 1000.0f, true, true, kTolArith};
+    case UnOp::kTanh: return {0.001f, 10.0f, false, false, kTolTranscendental};
+    case UnOp::kGeluTanh: return {0.001f, 8.0f, false, false, kTolTranscendental};
+    case UnOp::kSilu: return {0.001f, 20.0f, false, false, kTolTranscendental};
+    default: return {0.001f, 1000.0f, false, true, kTolArith};  // recip, neg, abs
   }
 }
 

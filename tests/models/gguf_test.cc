@@ -29,16 +29,25 @@ class Writer : public GgufBytes {
   void pad_to(uint64_t alignment) {
     while (data.size() % alignment != 0) data.push_back(0);
   }
-  // key + type + value helpers
+  void type(GgufType t) { u32(static_cast<uint32_t>(t)); }
+  // A key and its value's type; the value follows.
+  void key(const std::string& k, GgufType t) {
+    str(k);
+    type(t);
+  }
+  // A key whose value is an array of n elements of type `elem`; the elements follow.
+  void array(const std::string& k, GgufType elem, uint64_t n) {
+    key(k, GgufType::kArray);
+    type(elem);
+    u64(n);
+  }
   template <typename T>
-  void kv(const std::string& key, GgufType t, T v) {
-    str(key);
-    u32(static_cast<uint32_t>(t));
+  void kv(const std::string& k, GgufType t, T v) {
+    key(k, t);
     put(v);
   }
-  void kv_str(const std::string& key, const std::string& v) {
-    str(key);
-    u32(static_cast<uint32_t>(GgufType::kString));
+  void kv_str(const std::string& k, const std::string& v) {
+    key(k, GgufType::kString);
     str(v);
   }
 };
@@ -113,42 +122,30 @@ FileSpec good_spec() {
       [](Writer& w) { w.kv("t.i64", GgufType::kI64, int64_t{-(int64_t{1} << 40)}); },
       [](Writer& w) { w.kv("t.f64", GgufType::kF64, 1e6); },
       [](Writer& w) {
-        w.str("tokenizer.ggml.tokens");
-        w.u32(static_cast<uint32_t>(GgufType::kArray));
-        w.u32(static_cast<uint32_t>(GgufType::kString));
-        w.u64(3);
+        w.array("tokenizer.ggml.tokens", GgufType::kString, 3);
         w.str("<pad>");
         w.str("");
         w.str("\xE2\x96\x81Paris");
       },
       [](Writer& w) {
-        w.str("tokenizer.ggml.scores");
-        w.u32(static_cast<uint32_t>(GgufType::kArray));
-        w.u32(static_cast<uint32_t>(GgufType::kF32));
-        w.u64(3);
+        w.array("tokenizer.ggml.scores", GgufType::kF32, 3);
         w.put(0.0f);
         w.put(-1.5f);
         w.put(2.25f);
       },
       [](Writer& w) {
-        w.str("tokenizer.ggml.token_type");
-        w.u32(static_cast<uint32_t>(GgufType::kArray));
-        w.u32(static_cast<uint32_t>(GgufType::kI32));
-        w.u64(3);
+        w.array("tokenizer.ggml.token_type", GgufType::kI32, 3);
         w.put(int32_t{3});
         w.put(int32_t{1});
         w.put(int32_t{-6});
       },
       [](Writer& w) {  // [["a", "bc"], []]
-        w.str("t.nested");
-        w.u32(static_cast<uint32_t>(GgufType::kArray));
-        w.u32(static_cast<uint32_t>(GgufType::kArray));
-        w.u64(2);
-        w.u32(static_cast<uint32_t>(GgufType::kString));
+        w.array("t.nested", GgufType::kArray, 2);
+        w.type(GgufType::kString);
         w.u64(2);
         w.str("a");
         w.str("bc");
-        w.u32(static_cast<uint32_t>(GgufType::kString));
+        w.type(GgufType::kString);
         w.u64(0);
       },
   };
@@ -348,28 +345,17 @@ TEST(Gguf, RejectsHugeCountsWithoutAllocating) {
 
   s = good_spec();
   s.kvs = {[](Writer& w) {
-    w.str("k");
-    w.u32(static_cast<uint32_t>(GgufType::kString));
+    w.key("k", GgufType::kString);
     w.u64(~uint64_t{0});
   }};
   expect_error(build(s), "value of key 'k' length 18446744073709551615");
 
   s = good_spec();
-  s.kvs = {[](Writer& w) {
-    w.str("arr");
-    w.u32(static_cast<uint32_t>(GgufType::kArray));
-    w.u32(static_cast<uint32_t>(GgufType::kU32));
-    w.u64(uint64_t{1} << 61);
-  }};
+  s.kvs = {[](Writer& w) { w.array("arr", GgufType::kU32, uint64_t{1} << 61); }};
   expect_error(build(s), "array of key 'arr' length 2305843009213693952");
 
   s = good_spec();  // huge arrays of strings and arrays too
-  s.kvs = {[](Writer& w) {
-    w.str("arr");
-    w.u32(static_cast<uint32_t>(GgufType::kArray));
-    w.u32(static_cast<uint32_t>(GgufType::kArray));
-    w.u64(uint64_t{1} << 59);
-  }};
+  s.kvs = {[](Writer& w) { w.array("arr", GgufType::kArray, uint64_t{1} << 59); }};
   expect_error(build(s), "cannot fit");
 
   Writer w;  // tensor count
@@ -389,13 +375,12 @@ TEST(Gguf, RejectsBadValueTypesAndDeepNesting) {
   expect_error(build(s), "type of key 'k' 13");
 
   s.kvs = {[](Writer& w) {
-    w.str("deep");
-    w.u32(static_cast<uint32_t>(GgufType::kArray));
+    w.key("deep", GgufType::kArray);
     for (int i = 0; i < 20; ++i) {
-      w.u32(static_cast<uint32_t>(GgufType::kArray));
+      w.type(GgufType::kArray);
       w.u64(1);
     }
-    w.u32(static_cast<uint32_t>(GgufType::kU8));
+    w.type(GgufType::kU8);
     w.u64(0);
   }};
   expect_error(build(s), "nests deeper");

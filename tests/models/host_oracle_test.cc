@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <span>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "models/gguf_writer.h"
+#include "models/real_model.h"
 #include "models/synthetic_gemma3.h"
 #include "npurt/models/gemma3_config.h"
 #include "npurt/models/gguf.h"
@@ -209,18 +209,14 @@ TEST(HostOracleTest, RejectsBadInput) {
 // (The model spec expects " Paris" (9079) first; on this file both runtimes rank it
 // third: see docs/models.md.)
 TEST(HostOracleTest, RealModelMatchesLlamaCpp) {
-  const char* path = std::getenv("NPURT_MODEL");
-  if (path == nullptr || !std::filesystem::is_regular_file(path)) {
-    GTEST_SKIP() << "set NPURT_MODEL to a Gemma-3-270M GGUF file to run this test";
-  }
-  StatusOr<GgufFile> file = GgufFile::open(path);
-  ASSERT_TRUE(file.ok()) << file.status().to_string();
-  StatusOr<Tokenizer> tok = Tokenizer::from_gguf(*file);
-  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
-  StatusOr<HostOracle> oracle = HostOracle::load(*file);
+  const char* path = real_model_path();
+  if (path == nullptr) GTEST_SKIP() << kNoRealModel;
+  StatusOr<RealModel> model = open_real_model(path);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  StatusOr<HostOracle> oracle = HostOracle::load(model->file);
   ASSERT_TRUE(oracle.ok()) << oracle.status().to_string();
 
-  StatusOr<std::vector<int32_t>> prompt = tok->encode("The capital of France is");
+  StatusOr<std::vector<int32_t>> prompt = model->tokenizer.encode("The capital of France is");
   ASSERT_TRUE(prompt.ok()) << prompt.status().to_string();
   EXPECT_EQ(*prompt, (std::vector<int32_t>{2, 818, 5279, 529, 7001, 563}));
 
@@ -240,12 +236,12 @@ TEST(HostOracleTest, RealModelMatchesLlamaCpp) {
   const auto start = std::chrono::steady_clock::now();
   // llama.cpp's 16 greedy tokens end "... city in France."; the 16th is a near tie
   // that its 8-bit activations break differently (here " and"), so 15 must agree.
-  StatusOr<std::vector<int32_t>> out = greedy(*oracle, *prompt, 15, &*tok);
+  StatusOr<std::vector<int32_t>> out = greedy(*oracle, *prompt, 15, &model->tokenizer);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ(*out, (std::vector<int32_t>{506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506, 7488, 3207,
                                         528, 7001}));
-  std::printf("greedy: '%s'; %.1f ms per token\n", tok->decode(*out).c_str(),
+  std::printf("greedy: '%s'; %.1f ms per token\n", model->tokenizer.decode(*out).c_str(),
               1000.0 * seconds / static_cast<double>(prompt->size() + out->size() - 1));
 }
 

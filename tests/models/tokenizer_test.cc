@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 
 #include "models/gguf_writer.h"
+#include "models/real_model.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <initializer_list>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "npurt/models/gguf.h"
@@ -98,56 +101,40 @@ std::vector<int32_t> ids_of(const Tokenizer& t, std::vector<std::string> pieces)
   return ids;
 }
 
-TEST(Tokenizer, MergesHighestScoreFirst) {
+// The merge tests' vocabulary: one piece per character of `letters` (score -10, below
+// every merge), then `merges` in order.
+Tokenizer merge_vocab(std::string_view letters, std::initializer_list<std::pair<const char*, float>> merges) {
   VocabBuilder v;
-  for (const char* c : {"a", "b", "c", "d"}) v.add(c, -10);
-  v.add("ab", -5);
-  v.add("bc", -1);
-  Tokenizer t = v.build();
+  for (char c : letters) v.add(std::string(1, c), -10);
+  for (const auto& [piece, score] : merges) v.add(piece, score);
+  return v.build();
+}
+
+TEST(Tokenizer, MergesHighestScoreFirst) {
+  Tokenizer t = merge_vocab("abcd", {{"ab", -5}, {"bc", -1}});
   // "bc" outscores "ab"; afterwards "abc" is not a piece.
   EXPECT_EQ(encode(t, "abc"), ids_of(t, {"a", "bc"}));
 
-  VocabBuilder w;
-  for (const char* c : {"a", "b", "c"}) w.add(c, -10);
-  w.add("ab", -1);
-  w.add("bc", -5);
-  Tokenizer u = w.build();
+  Tokenizer u = merge_vocab("abc", {{"ab", -1}, {"bc", -5}});
   EXPECT_EQ(encode(u, "abc"), ids_of(u, {"ab", "c"}));
 }
 
 TEST(Tokenizer, EqualScoresMergeLeftmostFirst) {
-  VocabBuilder v;
-  for (const char* c : {"a", "b", "c"}) v.add(c, -10);
-  v.add("ab", -2);
-  v.add("bc", -2);
-  v.add("aa", -1);
-  Tokenizer t = v.build();
+  Tokenizer t = merge_vocab("abc", {{"ab", -2}, {"bc", -2}, {"aa", -1}});
   EXPECT_EQ(encode(t, "abc"), ids_of(t, {"ab", "c"}));
   EXPECT_EQ(encode(t, "aaa"), ids_of(t, {"aa", "a"}));
   EXPECT_EQ(encode(t, "aaaaa"), ids_of(t, {"aa", "aa", "a"}));
 }
 
 TEST(Tokenizer, MergesAreGreedyAndEnableLaterMerges) {
-  VocabBuilder v;
-  for (const char* c : {"a", "b", "c", "d"}) v.add(c, -10);
-  v.add("ab", -1);
-  v.add("abc", -2);
-  v.add("bc", -3);
-  v.add("cd", -1.5f);
-  v.add("abcd", -0.5f);  // unreachable: neither "abc"+"d" pair is scored before "cd"
-  Tokenizer t = v.build();
+  // The last piece, "abcd", is unreachable: neither "abc"+"d" pair is scored before "cd".
+  Tokenizer t = merge_vocab("abcd", {{"ab", -1}, {"abc", -2}, {"bc", -3}, {"cd", -1.5f}, {"abcd", -0.5f}});
   // ab (-1) first, then cd (-1.5) beats abc (-2), then ab+cd = abcd.
   EXPECT_EQ(encode(t, "abcd"), ids_of(t, {"abcd"}));
   // Without "d": ab, then abc.
   EXPECT_EQ(encode(t, "abc"), ids_of(t, {"abc"}));
 
-  VocabBuilder w;
-  for (const char* c : {"a", "b", "c", "d"}) w.add(c, -10);
-  w.add("ab", -1);
-  w.add("cd", -1);
-  w.add("bc", -0.5f);
-  w.add("abcd", -3);
-  Tokenizer u = w.build();
+  Tokenizer u = merge_vocab("abcd", {{"ab", -1}, {"cd", -1}, {"bc", -0.5f}, {"abcd", -3}});
   // bc wins, and then neither "abc" nor "bcd" is a piece: greedy, not optimal.
   EXPECT_EQ(encode(u, "abcd"), ids_of(u, {"a", "bc", "d"}));
 }
@@ -507,14 +494,11 @@ TEST(TokenizerGguf, ErrorsNameTheProblem) {
 
 // The real model's known vector, when the file is installed.
 TEST(TokenizerModel, KnownVector) {
-  const char* path = std::getenv("NPURT_MODEL");
-  if (path == nullptr || !std::filesystem::is_regular_file(path)) {
-    GTEST_SKIP() << "model not installed (set NPURT_MODEL to the Gemma-3 GGUF file)";
-  }
-  StatusOr<GgufFile> file = GgufFile::open(path);
-  ASSERT_TRUE(file.ok()) << file.status().to_string();
-  StatusOr<Tokenizer> t = Tokenizer::from_gguf(*file);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const char* path = real_model_path();
+  if (path == nullptr) GTEST_SKIP() << kNoRealModel;
+  StatusOr<RealModel> model = open_real_model(path);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const Tokenizer* t = &model->tokenizer;
   EXPECT_EQ(t->size(), 262144);
   const std::string text = "The capital of France is";
   const std::vector<int32_t> ids = encode(*t, text, true);

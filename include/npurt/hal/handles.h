@@ -61,11 +61,28 @@ class Owned {
 struct FreeBlock {
   static Status apply(Device& d, uint64_t addr) { return d.free(addr); }
 };
-struct DestroyStream {
+struct StreamCalls {
+  static StatusOr<StreamId> create(Device& d) { return d.create_stream(); }
   static Status apply(Device& d, uint64_t id) { return d.destroy_stream(id); }
 };
-struct DestroyEvent {
+struct EventCalls {
+  static StatusOr<EventId> create(Device& d) { return d.create_event(); }
   static Status apply(Device& d, uint64_t id) { return d.destroy_event(id); }
+};
+
+// A handle to an object the device makes from nothing but an id (a stream, an event).
+template <typename Calls>
+class Created : public Owned<Calls> {
+ public:
+  Created() = default;
+  static StatusOr<Created> create(std::shared_ptr<Device> device) {
+    NPURT_ASSIGN_OR_RETURN(uint64_t id, Calls::create(*device));
+    return Created(std::move(device), id);
+  }
+  uint64_t id() const { return Owned<Calls>::id(); }
+
+ private:
+  Created(std::shared_ptr<Device> device, uint64_t id) : Owned<Calls>(std::move(device), id) {}
 };
 
 }  // namespace handles_detail
@@ -89,31 +106,9 @@ class DeviceBlock : public handles_detail::Owned<handles_detail::FreeBlock> {
 };
 
 // A stream, destroyed (after its queued commands) when the handle goes.
-class Stream : public handles_detail::Owned<handles_detail::DestroyStream> {
- public:
-  Stream() = default;
-  static StatusOr<Stream> create(std::shared_ptr<Device> device) {
-    NPURT_ASSIGN_OR_RETURN(StreamId id, device->create_stream());
-    return Stream(std::move(device), id);
-  }
-  StreamId id() const { return Owned::id(); }
-
- private:
-  Stream(std::shared_ptr<Device> device, StreamId id) : Owned(std::move(device), id) {}
-};
+using Stream = handles_detail::Created<handles_detail::StreamCalls>;
 
 // An event, destroyed when the handle goes.
-class Event : public handles_detail::Owned<handles_detail::DestroyEvent> {
- public:
-  Event() = default;
-  static StatusOr<Event> create(std::shared_ptr<Device> device) {
-    NPURT_ASSIGN_OR_RETURN(EventId id, device->create_event());
-    return Event(std::move(device), id);
-  }
-  EventId id() const { return Owned::id(); }
-
- private:
-  Event(std::shared_ptr<Device> device, EventId id) : Owned(std::move(device), id) {}
-};
+using Event = handles_detail::Created<handles_detail::EventCalls>;
 
 }  // namespace npurt::hal

@@ -155,6 +155,12 @@ struct Insn {
 #pragma pack(pop)
 static_assert(sizeof(Insn) == kInsnBytes, "instructions are 16 bytes");
 
+// An instruction from its fields in encoding order; e (used by TMV only) stays 0.
+constexpr Insn make_insn(Opcode op, uint8_t a = 0, uint8_t b = 0, uint8_t c = 0, uint8_t d = 0,
+                         uint8_t sub = 0, uint8_t flags = 0, int64_t imm = 0) {
+  return Insn{static_cast<uint8_t>(op), a, b, c, d, 0, sub, flags, imm};
+}
+
 std::string_view opcode_name(uint8_t op);
 
 // Helpers for the packed TDEF immediate.

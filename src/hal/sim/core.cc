@@ -213,6 +213,15 @@ struct Core::Exec {
     }
     return &a;
   }
+  // The buffer a load (store: a store) accesses, when it exists and allows that.
+  const ArgBinding* memory_arg(uint8_t index, bool store) {
+    const ArgBinding* a = arg(index);
+    if (a && !(store ? a->writable : a->readable)) {
+      fail("arg " + std::to_string(index) + (store ? " is not writable" : " is not readable"));
+      return nullptr;
+    }
+    return a;
+  }
 
   // Checks a rows x row_bytes access with `pitch` bytes between rows at byte offset
   // `off` of `a`; returns the device address of the first byte.
@@ -358,11 +367,8 @@ bool Core::Exec::exec_tdef() {
 bool Core::Exec::exec_load_store(bool store) {
   const Insn& i = *in;
   const TileDesc* t = tile(i.a, store ? "source" : "destination");
-  const ArgBinding* a = t ? arg(i.b) : nullptr;
+  const ArgBinding* a = t ? memory_arg(i.b, store) : nullptr;
   if (!a) return false;
-  if (store ? !a->writable : !a->readable) {
-    return fail("arg " + std::to_string(i.b) + (store ? " is not writable" : " is not readable"));
-  }
   if (elems(*t) == 0) return true;
   const DType gt = static_cast<DType>(i.sub);
   const uint64_t esz = isa::dtype_size(gt);
@@ -457,9 +463,8 @@ void transpose_rows(const float* src, uint32_t rows, size_t vals, float* dst, si
 bool Core::Exec::exec_tldq() {
   const Insn& i = *in;
   const TileDesc* t = tile(i.a, "destination");
-  const ArgBinding* a = t ? arg(i.b) : nullptr;
+  const ArgBinding* a = t ? memory_arg(i.b, /*store=*/false) : nullptr;
   if (!a) return false;
-  if (!a->readable) return fail("arg " + std::to_string(i.b) + " is not readable");
   const DType qt = static_cast<DType>(i.sub);
   // Transposed, GM row r is column r of the tile: t.rows values per row, t.cols rows.
   const bool transposed = (i.flags & isa::kTransB) != 0;
@@ -501,9 +506,8 @@ bool Core::Exec::exec_gather() {
   const Insn& i = *in;
   const TileDesc* t = tile(i.a, "destination");
   const TileDesc* idx = t ? tile(i.c, "index") : nullptr;
-  const ArgBinding* a = idx ? arg(i.b) : nullptr;
+  const ArgBinding* a = idx ? memory_arg(i.b, /*store=*/false) : nullptr;
   if (!a) return false;
-  if (!a->readable) return fail("arg " + std::to_string(i.b) + " is not readable");
   if (idx->dtype != DType::kI32) return fail("index tile must be i32");
   if (idx->rows < t->rows || (t->rows > 0 && idx->cols == 0)) return fail("index tile has fewer rows than destination");
   const DType gt = static_cast<DType>(i.sub);
@@ -699,9 +703,8 @@ bool Core::Exec::exec_tmv() {
   const Insn& i = *in;
   const TileDesc* acc = f32_tile(i.a, "accumulator");
   const TileDesc* x = acc ? f32_tile(i.e, "x") : nullptr;
-  const ArgBinding* a = x ? arg(i.b) : nullptr;
+  const ArgBinding* a = x ? memory_arg(i.b, /*store=*/false) : nullptr;
   if (!a) return false;
-  if (!a->readable) return fail("arg " + std::to_string(i.b) + " is not readable");
   if (acc->cols != 1 || x->rows != 1) {
     return fail("TMV shapes: accumulator " + std::to_string(acc->rows) + "x" + std::to_string(acc->cols) +
                 " (must be rows x 1), x " + std::to_string(x->rows) + "x" + std::to_string(x->cols) +

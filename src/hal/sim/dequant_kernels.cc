@@ -15,14 +15,10 @@
 #include <cstring>
 #include <vector>
 
+#include "isa/quant_layout.h"
 #include "npurt/isa/quant.h"
 
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
-#endif
-#ifndef HWY_COMPILE_ALL_ATTAINABLE
-#define HWY_COMPILE_ALL_ATTAINABLE
-#endif
+#include "hal/sim/hwy_targets.h"  // before any Highway header
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "hal/sim/dequant_kernels.cc"
@@ -130,17 +126,6 @@ void RowQ4_0Q5_0(const uint8_t* src, float* y, size_t nb) {
   }
 }
 
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block.
-HWY_INLINE void ScaleMinK4(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-  }
-}
-
 // d * sc_j and dmin * m_j for the eight 32-value sub-blocks of a Q4_K / Q5_K block.
 struct KScales {
   float scale[8], min[8];
@@ -153,7 +138,7 @@ HWY_INLINE KScales DecodeKScales(const uint8_t* src) {
   KScales k;
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
-    ScaleMinK4(j, scales, &sc, &m);
+    isa::scale_min_k4(j, scales, &sc, &m);
     k.scale[j] = d * static_cast<float>(sc);
     k.min[j] = dmin * static_cast<float>(m);
   }
@@ -197,12 +182,7 @@ HWY_INLINE void ForEachGroupQ6_K(const uint8_t* src, F&& f) {
     const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
     const auto* sc = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ6_K, scales)) + 8 * half;
     int8_t q[128];
-    for (int l = 0; l < 32; ++l) {
-      q[l] = static_cast<int8_t>(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
-      q[l + 32] = static_cast<int8_t>(((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-      q[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-      q[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-    }
+    isa::unpack_q6_k_half(ql, qh, q);
     // Group g of 16 outputs uses scale sc[g]: (d * sc) * q, as the reference.
     for (int g = 0; g < 8; ++g) f(8 * half + g, q + 16 * g, d * static_cast<float>(sc[g]));
   }

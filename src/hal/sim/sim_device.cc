@@ -34,6 +34,12 @@ void wait_until_reached(const std::atomic<uint64_t>& counter, uint64_t target, s
   cv.wait(lock, [&] { return counter.load() >= target; });
 }
 
+// A counter guarded by `mu`, read under it.
+uint64_t read_under(std::mutex& mu, const uint64_t& guarded) {
+  std::lock_guard<std::mutex> lock(mu);
+  return guarded;
+}
+
 struct SimEvent {
   std::mutex mu;
   std::condition_variable cv;
@@ -50,10 +56,10 @@ struct Command {
   const void* host_src = nullptr;
   void* host_dst = nullptr;
   uint64_t bytes = 0;
-  std::shared_ptr<SimEvent> event;
+  std::shared_ptr<SimEvent> event{};
   uint64_t event_seq = 0;
-  LaunchParams launch;
-  std::string kernel_name;  // set when the launch executes (for the trace)
+  LaunchParams launch{};
+  std::string kernel_name{};  // set when the launch executes (for the trace)
 };
 
 struct SimStream {
@@ -147,12 +153,7 @@ class SimDevice final : public Device {
 
   Status stream_synchronize(StreamId id) override {
     NPURT_ASSIGN_OR_RETURN(auto s, find_stream(id));
-    uint64_t target;
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      target = s->enqueued;
-    }
-    wait_until_reached(s->completed, target, s->mu, s->done_cv);
+    wait_until_reached(s->completed, read_under(s->mu, s->enqueued), s->mu, s->done_cv);
     std::lock_guard<std::mutex> lock(s->mu);
     return s->error;
   }
@@ -194,10 +195,7 @@ class SimDevice final : public Device {
     NPURT_ASSIGN_OR_RETURN(auto e, find_event(event));
     Command c;
     c.kind = Command::Kind::kWait;
-    {
-      std::lock_guard<std::mutex> lock(e->mu);
-      c.event_seq = e->recorded;
-    }
+    c.event_seq = read_under(e->mu, e->recorded);
     if (c.event_seq == 0) {
       NPURT_ASSIGN_OR_RETURN(auto s, find_stream(stream));  // never recorded: nothing to wait for
       return ok_status();
@@ -208,11 +206,7 @@ class SimDevice final : public Device {
 
   Status event_synchronize(EventId event) override {
     NPURT_ASSIGN_OR_RETURN(auto e, find_event(event));
-    uint64_t target;
-    {
-      std::lock_guard<std::mutex> lock(e->mu);
-      target = e->recorded;
-    }
+    const uint64_t target = read_under(e->mu, e->recorded);
     wait_until_reached(e->completed, target, e->mu, e->cv);
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->failed_seq != 0 && e->failed_seq == target) return e->failure;
@@ -232,36 +226,24 @@ class SimDevice final : public Device {
     if (bytes == 0) return find_stream(stream).status();
     if (!src) return invalid_argument("copy_to_device: null host source");
     NPURT_RETURN_IF_ERROR(check_range(dst, bytes, "copy_to_device destination"));
-    Command c;
-    c.kind = Command::Kind::kToDevice;
-    c.dst = dst;
-    c.host_src = src;
-    c.bytes = bytes;
-    return enqueue(stream, std::move(c));
+    return enqueue(stream,
+                   Command{.kind = Command::Kind::kToDevice, .dst = dst, .host_src = src, .bytes = bytes});
   }
 
   Status copy_to_host(StreamId stream, void* dst, DeviceAddr src, uint64_t bytes) override {
     if (bytes == 0) return find_stream(stream).status();
     if (!dst) return invalid_argument("copy_to_host: null host destination");
     NPURT_RETURN_IF_ERROR(check_range(src, bytes, "copy_to_host source"));
-    Command c;
-    c.kind = Command::Kind::kToHost;
-    c.src = src;
-    c.host_dst = dst;
-    c.bytes = bytes;
-    return enqueue(stream, std::move(c));
+    return enqueue(stream,
+                   Command{.kind = Command::Kind::kToHost, .src = src, .host_dst = dst, .bytes = bytes});
   }
 
   Status copy_on_device(StreamId stream, DeviceAddr dst, DeviceAddr src, uint64_t bytes) override {
     if (bytes == 0) return find_stream(stream).status();
     NPURT_RETURN_IF_ERROR(check_range(dst, bytes, "copy_on_device destination"));
     NPURT_RETURN_IF_ERROR(check_range(src, bytes, "copy_on_device source"));
-    Command c;
-    c.kind = Command::Kind::kOnDevice;
-    c.dst = dst;
-    c.src = src;
-    c.bytes = bytes;
-    return enqueue(stream, std::move(c));
+    return enqueue(stream,
+                   Command{.kind = Command::Kind::kOnDevice, .dst = dst, .src = src, .bytes = bytes});
   }
 
   // ---- code ----

@@ -18,16 +18,7 @@
 #include "npurt/base/math.h"
 #include "npurt/base/status.h"
 
-// Compiled targets: AVX-512 (AVX3), AVX2 and the portable fallback. SSSE3/SSE4 would
-// only serve pre-AVX2 CPUs and AVX3_DL adds nothing these kernels use, so dropping
-// them keeps the build fast. The fallback is compiled even when the baseline already
-// has AVX (e.g. -march=native) so that it stays testable.
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3_DL)
-#endif
-#ifndef HWY_COMPILE_ALL_ATTAINABLE
-#define HWY_COMPILE_ALL_ATTAINABLE
-#endif
+#include "hal/sim/hwy_targets.h"  // before any Highway header
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "hal/sim/tile_kernels.cc"
@@ -289,23 +280,25 @@ void BinaryScalarKernel(const float* a, float s, float* out, size_t n) {
   hn::BlendedStore(op(hn::MaskedLoad(mask, d, a + i), vs), mask, d, out + i);
 }
 
-// Highway's Exp is valid on [-FLT_MAX, 104] and turns NaN into 0; clamping keeps large
-// inputs at +inf / 0 and NaNs are passed through.
-HWY_INLINE VF ExpChecked(VF x) {
+// f(x) with x clamped to [lo, hi], for Highway functions that are only valid on a
+// range; NaN lanes are passed through.
+template <typename F>
+HWY_INLINE VF OnClamped(VF x, float lo, float hi, F f) {
   const DF d;
   const auto nan = hn::IsNaN(x);
-  const VF clamped =
-      hn::Min(hn::Max(hn::IfThenZeroElse(nan, x), hn::Set(d, -105.0f)), hn::Set(d, 104.0f));
-  return hn::IfThenElse(nan, x, hn::Exp(d, clamped));
+  const VF clamped = hn::Min(hn::Max(hn::IfThenZeroElse(nan, x), hn::Set(d, lo)), hn::Set(d, hi));
+  return hn::IfThenElse(nan, x, f(d, clamped));
+}
+
+// Highway's Exp is valid on [-FLT_MAX, 104] and turns NaN into 0; clamping keeps large
+// inputs at +inf / 0.
+HWY_INLINE VF ExpChecked(VF x) {
+  return OnClamped(x, -105.0f, 104.0f, [](DF d, VF v) { return hn::Exp(d, v); });
 }
 
 // tanh is +-1 in f32 beyond |x| ~ 9; clamping keeps Highway's expm1 in its valid range.
 HWY_INLINE VF TanhChecked(VF x) {
-  const DF d;
-  const auto nan = hn::IsNaN(x);
-  const VF clamped =
-      hn::Min(hn::Max(hn::IfThenZeroElse(nan, x), hn::Set(d, -20.0f)), hn::Set(d, 20.0f));
-  return hn::IfThenElse(nan, x, hn::Tanh(d, clamped));
+  return OnClamped(x, -20.0f, 20.0f, [](DF d, VF v) { return hn::Tanh(d, v); });
 }
 
 struct OpExp { HWY_INLINE VF operator()(VF x) const { return ExpChecked(x); } };
