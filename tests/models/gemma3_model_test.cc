@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "models/real_model.h"
 #include "models/synthetic_gemma3.h"
 #include "npurt/base/math.h"
 #include "npurt/hal/sim_device.h"
@@ -227,36 +228,30 @@ TEST(Gemma3ModelTest, MissingOrMisshapenTensorsAreNamed) {
 
 // ---- the real model -------------------------------------------------------------
 
-// The file NPURT_MODEL names, its tokenizer, the host oracle and a device rig with room
-// for it; null when the variable names no file.
-struct RealModel {
-  GgufFile file;
-  Tokenizer tok;
+// The real file (real_model.h) with its host oracle and a device rig with room for it.
+struct RealRig {
+  RealModel model;
   HostOracle oracle;
   Rig rig{1ull << 30};
 };
 
-std::unique_ptr<RealModel> real_model() {
-  const char* path = std::getenv("NPURT_MODEL");
-  if (path == nullptr || !std::filesystem::is_regular_file(path)) return nullptr;
-  GgufFile file = std::move(GgufFile::open(path)).value();
-  Tokenizer tok = std::move(Tokenizer::from_gguf(file)).value();
-  HostOracle oracle = std::move(HostOracle::load(file)).value();
-  return std::unique_ptr<RealModel>(new RealModel{std::move(file), std::move(tok), std::move(oracle)});
+std::unique_ptr<RealRig> real_rig() {
+  const char* path = real_model_path();
+  if (path == nullptr) return nullptr;
+  RealModel model = std::move(open_real_model(path)).value();
+  HostOracle oracle = std::move(HostOracle::load(model.file)).value();
+  return std::unique_ptr<RealRig>(new RealRig{std::move(model), std::move(oracle)});
 }
-
-#define NPURT_REAL_MODEL_OR_SKIP(m)                                                           \
-  std::unique_ptr<RealModel> m = real_model();                                                 \
-  if (m == nullptr) GTEST_SKIP() << "set NPURT_MODEL to a Gemma-3-270M GGUF file to run this test"; \
-  GgufFile& file = m->file;                                                                    \
-  Tokenizer& tok = m->tok;                                                                     \
-  HostOracle& oracle = m->oracle;                                                              \
-  Rig& rig = m->rig
 
 // Acceptance on the real file: three prompts, 32 greedy tokens each, identical on
 // device and host, with the logits close at every step (checked at 1e-2 at the last).
 TEST(Gemma3ModelTest, RealModelDeviceAgreesWithHostOracle) {
-  NPURT_REAL_MODEL_OR_SKIP(real);
+  std::unique_ptr<RealRig> real = real_rig();
+  if (real == nullptr) GTEST_SKIP() << kNoRealModel;
+  GgufFile& file = real->model.file;
+  Tokenizer& tok = real->model.tokenizer;
+  HostOracle& oracle = real->oracle;
+  Rig& rig = real->rig;
   ASSERT_OK(rig.load(file, {.max_context = 256}));
   for (const char* text : {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"}) {
     const std::vector<int32_t> prompt = tok.encode(text).value();
@@ -425,7 +420,12 @@ TEST(Gemma3PrefillTest, BadInputIsRejectedAndTheModelStaysUsable) {
 // The real file: three short prompts, a 64-token one, and one that crosses the
 // 512-token window of the local layers.
 TEST(Gemma3PrefillTest, RealModelBatchedMatchesTokenByTokenAndOracle) {
-  NPURT_REAL_MODEL_OR_SKIP(real);
+  std::unique_ptr<RealRig> real = real_rig();
+  if (real == nullptr) GTEST_SKIP() << kNoRealModel;
+  GgufFile& file = real->model.file;
+  Tokenizer& tok = real->model.tokenizer;
+  HostOracle& oracle = real->oracle;
+  Rig& rig = real->rig;
   ASSERT_OK(rig.load(file, {.max_context = 640}));
   for (const char* text : {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"}) {
     expect_prefill_agrees(rig, oracle, tok.encode(text).value(), 128);
