@@ -39,6 +39,14 @@
 namespace npurt::memory_detail {
 
 struct BufferState {
+  BufferState(std::shared_ptr<MemoryCore> owner, std::string buffer_name, uint64_t bytes, uint8_t* mirror_ptr,
+              uint64_t mirror_length, hal::DeviceAddr addr)
+      : core(std::move(owner)),
+        name(std::move(buffer_name)),
+        size(bytes),
+        mirror(mirror_ptr),
+        mirror_bytes(mirror_length),
+        device_addr(addr) {}
   ~BufferState();
 
   const std::shared_ptr<MemoryCore> core;
