@@ -114,6 +114,17 @@ class NullDevice final : public hal::Device {
   Status copy_on_device(hal::StreamId, hal::DeviceAddr, hal::DeviceAddr, uint64_t) override {
     return ok_status();
   }
+  bool can_access_peer(const hal::Device&) const override { return false; }
+  Status copy_to_peer(hal::StreamId, std::shared_ptr<hal::Device>, hal::DeviceAddr, hal::DeviceAddr,
+                      uint64_t) override {
+    return unimplemented("the null device has no peers");
+  }
+  Status wait_peer_event(hal::StreamId, hal::Device&, hal::EventId) override {
+    return unimplemented("the null device has no peers");
+  }
+  Status enqueue_host_function(hal::StreamId, std::function<Status(const Status&)> fn) override {
+    return fn(ok_status());
+  }
   Status upload_code(hal::DeviceAddr, const isa::Image&) override { return ok_status(); }
   Status launch(hal::StreamId, const hal::LaunchParams& p) override {
     benchmark::DoNotOptimize(p.args.data());

@@ -8,6 +8,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libxxhash-dev libcli11-dev
   libopenblas-dev   # benchmark peer only
+  libopenmpi-dev openmpi-bin   # collectives between processes and hosts (comm/)
   python3 python3-venv python3-dev   # the Python package (python/, .venv)
 )
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "memory/memory_core.h"
 
@@ -66,18 +67,37 @@ Status MemoryCore::plan_kernel(hal::StreamId stream, const isa::Image& image, ui
   NPURT_RETURN_IF_ERROR_CTX(check_open(), launch_text(image));
   NPURT_RETURN_IF_ERROR(validate_launch(image, grid, args));
   const std::vector<isa::ArgSpec>& specs = image.args();
+  views_.clear();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].kind == isa::ArgKind::kBuffer) views_.push_back({&args[i].view(), specs[i].access, i});
+  }
+  return plan_views(stream, [&](size_t i) {
+    return launch_text(image) + ": argument " + std::to_string(i) + " ('" + specs[i].name + "')";
+  });
+}
+
+Status MemoryCore::plan_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args) {
+  auto which = [&](size_t i) { return std::string(name) + ": view " + std::to_string(i); };
+  NPURT_RETURN_IF_ERROR_CTX(check_open(), std::string(name));
+  views_.clear();
+  for (size_t i = 0; i < args.size(); ++i) {
+    NPURT_RETURN_IF_ERROR_CTX(check_view(args[i].view), which(i));
+    if (args[i].view.empty()) return invalid_argument(which(i) + ": empty view");
+    views_.push_back({&args[i].view, args[i].access, i});
+  }
+  return plan_views(stream, which);
+}
+
+Status MemoryCore::plan_views(hal::StreamId stream, const std::function<std::string(size_t)>& label) {
   Plan& p = plan_;
   p.reset(/*is_upload=*/true, /*is_launch=*/true, stream);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].kind != isa::ArgKind::kBuffer) continue;
-    const View& v = args[i].view();
+  for (const PlannedView& pv : views_) {
+    const View& v = *pv.view;
     BufferState& b = *v.buffer_;
-    p.bindings.push_back({&b, {v.offset(), v.end()}, specs[i].access});
-    if (specs[i].access == isa::Access::kOut) continue;
-    if (b.tracker) {
-      NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, v.offset(), v.end()), launch_text(image));
-    }
-    // A kernel must not consume device bytes whose writer failed (bytes the host
+    p.bindings.push_back({&b, {v.offset(), v.end()}, pv.access});
+    if (pv.access == isa::Access::kOut) continue;
+    if (b.tracker) NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, v.offset(), v.end()), label(pv.index));
+    // Device work must not consume device bytes whose writer failed (bytes the host
     // replaced since are uploaded instead, which is fine).
     Status failed;
     b.map.for_each_in(v.offset(), v.end(), [&](uint64_t pb, uint64_t pe, CoherenceState st) {
@@ -87,12 +107,10 @@ Status MemoryCore::plan_kernel(hal::StreamId stream, const isa::Image& image, ui
       });
     });
     if (!failed.ok()) {
-      return failed.with_context(launch_text(image) + ": argument " + std::to_string(i) + " ('" +
-                                 specs[i].name + "') of buffer '" + b.name +
-                                 "' was written by device work that failed");
+      return failed.with_context(label(pv.index) + " of buffer '" + b.name + "' was written by device work that failed");
     }
   }
-  // The stale bytes the kernel reads; a byte bound twice is uploaded once.
+  // The stale bytes the work reads; a byte bound twice is uploaded once.
   coherence_->plan_moves(p);
   if (p.moves.size() > 1) {
     std::sort(p.moves.begin(), p.moves.end(), [](const Plan::Move& a, const Plan::Move& b) {
@@ -111,7 +129,7 @@ Status MemoryCore::plan_kernel(hal::StreamId stream, const isa::Image& image, ui
     p.moves.resize(kept + 1);
   }
   // Conflicting earlier work: writers of everything touched, readers of everything
-  // written (by the uploads or the kernel).
+  // written (by the uploads or the work).
   ordering_->plan_waits(p);
   return ok_status();
 }
@@ -139,10 +157,41 @@ Status MemoryCore::launch(hal::StreamId stream, hal::DeviceAddr code, const isa:
 
 Status MemoryCore::execute_launch(hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
                                   std::span<const LaunchArg> args) {
+  return execute_plan([&] { return launch_text(image); }, [&](hal::StreamId stream) {
+    params_.image = code;
+    params_.grid = grid;
+    params_.args.clear();
+    for (const LaunchArg& a : args) {
+      if (a.kind() == LaunchArg::Kind::kView) {
+        const View& v = a.view();
+        params_.args.push_back(hal::KernelArg::buffer(v.buffer_->device_addr + v.offset(), v.size()));
+      } else {
+        params_.args.push_back(hal::KernelArg{true, 0, 0, a.scalar_bits()});
+      }
+    }
+    return device_->launch(stream, params_);
+  });
+}
+
+Status MemoryCore::enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
+                                   const MemoryContext::EnqueueCommand& enqueue) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reap_deferred_frees();
+  NPURT_RETURN_IF_ERROR(plan_command(stream, name, args));
+  return execute_plan([&] { return std::string(name); }, [&](hal::StreamId s) {
+    params_.args.clear();
+    for (const CommandArg& a : args) {
+      params_.args.push_back(hal::KernelArg::buffer(a.view.buffer_->device_addr + a.view.offset(), a.view.size()));
+    }
+    return enqueue(s, params_.args);
+  });
+}
+
+Status MemoryCore::execute_plan(const std::function<std::string()>& what,
+                                const std::function<Status(hal::StreamId)>& work) {
   const Plan& p = plan_;
   for (const FenceRef& w : p.waits) {
-    NPURT_RETURN_IF_ERROR_CTX(fences_.device_wait(p.stream, w),
-                              launch_text(image) + ": waiting for earlier work");
+    NPURT_RETURN_IF_ERROR_CTX(fences_.device_wait(p.stream, w), what() + ": waiting for earlier work");
   }
   // The uploads copy from a snapshot of the stale host bytes: the mirror is free
   // again when we return.
@@ -160,25 +209,11 @@ Status MemoryCore::execute_launch(hal::DeviceAddr code, const isa::Image& image,
     ++copies;
     off += m.range.size();
   }
-  if (s.ok()) {
-    params_.image = code;
-    params_.grid = grid;
-    params_.args.clear();
-    for (const LaunchArg& a : args) {
-      if (a.kind() == LaunchArg::Kind::kView) {
-        const View& v = a.view();
-        params_.args.push_back(
-            hal::KernelArg::buffer(v.buffer_->device_addr + v.offset(), v.size()));
-      } else {
-        params_.args.push_back(hal::KernelArg{true, 0, 0, a.scalar_bits()});
-      }
-    }
-    s = device_->launch(p.stream, params_);
-  }
+  if (s.ok()) s = work(p.stream);
   if (!s.ok()) {
     // Copies already enqueued read the staging memory; it must outlive them.
     if (copies != 0) device_->stream_synchronize(p.stream).ignore();
-    return s.with_context(launch_text(image));
+    return s.with_context(what());
   }
   StatusOr<FenceRef> recorded = fences_.record(p.stream);
   // Enqueued but untrackable: wait until it is over, so nothing later needs to wait
@@ -192,7 +227,7 @@ Status MemoryCore::execute_launch(hal::DeviceAddr code, const isa::Image& image,
   commit(fence);
   if (staged != 0) pending_staging_.push_back({fence, std::move(staging)});
   if (recorded.ok()) return ok_status();
-  return recorded.status().with_context(launch_text(image) + ": recording its completion");
+  return recorded.status().with_context(what() + ": recording its completion");
 }
 
 }  // namespace npurt::memory_detail

@@ -57,6 +57,11 @@ StatusOr<LaunchPlan> MemoryContext::plan_launch(hal::StreamId stream, const isa:
   return core_->plan_launch(stream, image, grid, args);
 }
 
+Status MemoryContext::enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
+                                      const EnqueueCommand& enqueue) {
+  return core_->enqueue_command(stream, name, args, enqueue);
+}
+
 Status MemoryContext::synchronize() { return core_->synchronize(); }
 MemoryStats MemoryContext::stats() const { return core_->stats(); }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,6 +38,8 @@
   } while (0)
 
 namespace npurt::memory_detail {
+
+using CommandArg = MemoryContext::CommandArg;
 
 struct BufferState {
   BufferState(std::shared_ptr<MemoryCore> owner, std::string buffer_name, uint64_t bytes, uint8_t* mirror_ptr,
@@ -94,6 +97,8 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
                                    std::span<const LaunchArg> args);
   Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
                 std::span<const LaunchArg> args);
+  Status enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
+                         const MemoryContext::EnqueueCommand& enqueue);
   Status synchronize();
   MemoryStats stats() const;
 
@@ -130,10 +135,17 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Status plan_transfer(BufferState& b, ByteRange range, bool upload);
   Status plan_kernel(hal::StreamId stream, const isa::Image& image, uint32_t grid,
                      std::span<const LaunchArg> args);
+  Status plan_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args);
+  // The device work of views_ (a launch's buffer arguments or a command's views);
+  // label(i) names argument i in errors.
+  Status plan_views(hal::StreamId stream, const std::function<std::string(size_t)>& label);
   // Executing plan_, then committing its effects (fence: the plan's completion).
   Status execute_transfer(BufferState& b);
   Status execute_launch(hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
                         std::span<const LaunchArg> args);
+  // The plan's waits and uploads, then `work` on the plan's stream, then the fence
+  // and commit; `what` names the operation in errors.
+  Status execute_plan(const std::function<std::string()>& what, const std::function<Status(hal::StreamId)>& work);
   void commit(FenceRef fence);
   // check_view, then a synchronous transfer of the view's stale bytes, for `what`.
   Status sync_view(const View& view, bool upload, const char* what);
@@ -167,6 +179,12 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   MemoryStats stats_;
 
   // Scratch reused by every plan, so steady state allocates nothing.
+  struct PlannedView {
+    const View* view;
+    isa::Access access;
+    size_t index;  // the argument's position, for errors
+  };
+  std::vector<PlannedView> views_;
   Plan plan_;
   std::vector<ByteRange> dirty_;
   std::vector<ByteRange> pieces_;

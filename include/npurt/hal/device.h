@@ -28,6 +28,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -109,6 +111,30 @@ class Device {
   virtual Status copy_to_device(StreamId stream, DeviceAddr dst, const void* src, uint64_t bytes) = 0;
   virtual Status copy_to_host(StreamId stream, void* dst, DeviceAddr src, uint64_t bytes) = 0;
   virtual Status copy_on_device(StreamId stream, DeviceAddr dst, DeviceAddr src, uint64_t bytes) = 0;
+
+  // ---- peers: devices of one group (several NPUs driven by one process) ----
+  // Whether this device can copy into `peer`'s global memory and wait for its events
+  // (simulated NPUs: every other simulated NPU of the process).
+  virtual bool can_access_peer(const Device& peer) const = 0;
+  // Enqueue: copies `bytes` from `src` in this device's global memory to `dst` in
+  // `peer`'s. Both ranges must be inside live allocations now; the caller orders the
+  // copy with the peer's own use of `dst` (wait_peer_event, or a rendezvous of the
+  // streams) and keeps `dst` allocated until it ran. The command keeps `peer` alive.
+  virtual Status copy_to_peer(StreamId stream, std::shared_ptr<Device> peer, DeviceAddr dst, DeviceAddr src,
+                              uint64_t bytes) = 0;
+  // Enqueue: the stream waits for the most recent record (as of this call) of
+  // `peer`'s event; a failure there fails this stream, as for wait_event.
+  virtual Status wait_peer_event(StreamId stream, Device& peer, EventId event) = 0;
+
+  // ---- host work in stream order ----
+  // Enqueue: runs `fn(ok)` on the stream's own thread when the stream reaches it, and
+  // completes when `fn` returns; an error it returns fails the stream like a kernel
+  // fault. The calling thread does not wait (collectives run MPI this way). `fn` may
+  // block (say, until peers' streams arrive) but must not wait for later commands of
+  // its own stream. When an earlier command of the stream failed, `fn` is still
+  // called, with that error, so it can tell whoever waits on it (a collective's
+  // peers); the stream keeps its error and `fn`'s result is ignored.
+  virtual Status enqueue_host_function(StreamId stream, std::function<Status(const Status& stream_error)> fn) = 0;
 
   // ---- code ----
   // Writes a verified image into GM at `dst` (a block of at least image.bytes()

@@ -69,6 +69,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -180,6 +181,21 @@ class MemoryContext {
   // records the raw writes tracked mode caught in its inputs, as any call does).
   StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
                                    std::span<const LaunchArg> args);
+
+  // Device work other than a kernel launch (a collective, a peer copy): the views it
+  // uses and what it does with each. enqueue_command() plans it as it plans a launch
+  // (the same checks, waits and uploads of stale `in`/`inout` bytes), calls `enqueue`
+  // with the stream and each view's device range (KernelArg::buffer, in order) to
+  // enqueue the work, then records its completion: `out`/`inout` views are
+  // device-newer afterwards, and later work and host reads wait for it. `name`
+  // names the work in errors. `enqueue` must not call back into this context.
+  struct CommandArg {
+    View view;
+    isa::Access access = isa::Access::kIn;
+  };
+  using EnqueueCommand = std::function<Status(hal::StreamId, std::span<const hal::KernelArg>)>;
+  Status enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
+                         const EnqueueCommand& enqueue);
 
   // Blocks until every device operation the context knows of has completed.
   // Returns the first failure among them, if any.

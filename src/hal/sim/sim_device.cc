@@ -50,7 +50,7 @@ struct SimEvent {
 };
 
 struct Command {
-  enum class Kind { kToDevice, kToHost, kOnDevice, kLaunch, kRecord, kWait };
+  enum class Kind { kToDevice, kToHost, kOnDevice, kToPeer, kLaunch, kRecord, kWait, kHost };
   Kind kind = Kind::kToDevice;
   DeviceAddr dst = 0, src = 0;
   const void* host_src = nullptr;
@@ -60,6 +60,8 @@ struct Command {
   uint64_t event_seq = 0;
   LaunchParams launch{};
   std::string kernel_name{};  // set when the launch executes (for the trace)
+  std::shared_ptr<Device> peer{};     // kToPeer: the destination device, kept alive
+  std::function<Status(const Status&)> host_fn{};  // kHost
 };
 
 struct SimStream {
@@ -246,6 +248,45 @@ class SimDevice final : public Device {
                    Command{.kind = Command::Kind::kOnDevice, .dst = dst, .src = src, .bytes = bytes});
   }
 
+  // ---- peers ----
+  bool can_access_peer(const Device& peer) const override { return dynamic_cast<const SimDevice*>(&peer) != nullptr; }
+
+  Status copy_to_peer(StreamId stream, std::shared_ptr<Device> peer, DeviceAddr dst, DeviceAddr src,
+                      uint64_t bytes) override {
+    auto* to = dynamic_cast<SimDevice*>(peer.get());
+    if (to == nullptr) return invalid_argument("copy_to_peer: the peer is not a simulated NPU");
+    if (bytes == 0) return find_stream(stream).status();
+    NPURT_RETURN_IF_ERROR(check_range(src, bytes, "copy_to_peer source"));
+    NPURT_RETURN_IF_ERROR(to->check_range(dst, bytes, "copy_to_peer destination (on the peer)"));
+    Command c;
+    c.kind = Command::Kind::kToPeer;
+    c.dst = dst;
+    c.src = src;
+    c.bytes = bytes;
+    c.peer = std::move(peer);
+    return enqueue(stream, std::move(c));
+  }
+
+  Status wait_peer_event(StreamId stream, Device& peer, EventId event) override {
+    auto* owner = dynamic_cast<SimDevice*>(&peer);
+    if (owner == nullptr) return invalid_argument("wait_peer_event: the peer is not a simulated NPU");
+    NPURT_ASSIGN_OR_RETURN(auto e, owner->find_event(event));
+    Command c;
+    c.kind = Command::Kind::kWait;
+    c.event_seq = read_under(e->mu, e->recorded);
+    if (c.event_seq == 0) return find_stream(stream).status();  // never recorded: nothing to wait for
+    c.event = std::move(e);
+    return enqueue(stream, std::move(c));
+  }
+
+  Status enqueue_host_function(StreamId stream, std::function<Status(const Status&)> fn) override {
+    if (!fn) return invalid_argument("enqueue_host_function: empty function");
+    Command c;
+    c.kind = Command::Kind::kHost;
+    c.host_fn = std::move(fn);
+    return enqueue(stream, std::move(c));
+  }
+
   // ---- code ----
   Status upload_code(DeviceAddr dst, const isa::Image& image) override {
     const auto bytes = image.bytes();
@@ -366,6 +407,7 @@ class SimDevice final : public Device {
       const bool tracing = trace::enabled();
       const double t0 = tracing ? trace::now_us() : 0;
       Status st = prior.ok() ? execute(s, c) : prior;
+      if (!prior.ok() && c.kind == Command::Kind::kHost) c.host_fn(prior).ignore();  // told, never run as work
       if (tracing) trace_command(s.id, c, t0, st);
       if (c.kind == Command::Kind::kRecord) signal(*c.event, c.event_seq, st);
       {
@@ -396,6 +438,13 @@ class SimDevice final : public Device {
       case Command::Kind::kOnDevice:
         trace::complete(lane, "copy d2d", "copy", t0, t1,
                         {{"bytes", c.bytes}, {"dst", hex(c.dst)}, {"src", hex(c.src)}, {"status", status}});
+        return;
+      case Command::Kind::kToPeer:
+        trace::complete(lane, "copy to peer", "copy", t0, t1,
+                        {{"bytes", c.bytes}, {"dst", hex(c.dst)}, {"src", hex(c.src)}, {"status", status}});
+        return;
+      case Command::Kind::kHost:
+        trace::complete(lane, "host function", "host", t0, t1, {{"status", status}});
         return;
       case Command::Kind::kLaunch:
         trace::complete(lane, "launch " + c.kernel_name, "launch", t0, t1,
@@ -439,6 +488,20 @@ class SimDevice final : public Device {
         gm_.mark_initialized(c.dst, c.bytes);
         bump([&](Counters& k) { ++k.d2d_transfers; k.d2d_bytes += c.bytes; });
         return ok_status();
+      case Command::Kind::kToPeer: {
+        auto& to = static_cast<SimDevice&>(*c.peer);
+        std::memcpy(to.gm_.ptr(c.dst), gm_.ptr(c.src), c.bytes);
+        to.gm_.mark_initialized(c.dst, c.bytes);
+        c.peer.reset();
+        bump([&](Counters& k) { ++k.peer_transfers; k.peer_bytes += c.bytes; });
+        return ok_status();
+      }
+      case Command::Kind::kHost: {
+        Status st = c.host_fn(ok_status());
+        c.host_fn = nullptr;  // what it captured goes now, not when the command is overwritten
+        bump([](Counters& k) { ++k.host_functions; });
+        return st.ok() ? st : st.with_context("host function");
+      }
       case Command::Kind::kRecord:
         return ok_status();
       case Command::Kind::kWait:

@@ -1,0 +1,59 @@
+// DeviceGroup: several devices driven by one process, with an in-process communicator
+// per device.
+//
+//   auto group = comm::DeviceGroup::create_sim(4, {.num_cores = 2});
+//   for (int r = 0; r < 4; ++r) (*group)->runtime(r).memory()...;
+//   (*group)->communicator(r)->all_reduce(stream_r, view_r, isa::DType::kF32);
+//
+// Each device has its own global memory, cores and streams (a Runtime). Collectives
+// move bytes between devices as peer copies on the devices' streams (hal/device.h:
+// copy_to_peer) and sum on the devices (an elementwise kernel, ranks added in rank
+// order, so every device ends with the same bits). Ranks meet on their streams'
+// threads, never on the calling thread: one host thread may enqueue rank 0's
+// collective, then rank 1's.
+//
+// A group keeps its runtimes alive; its communicators keep the group alive.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "npurt/comm/communicator.h"
+#include "npurt/hal/sim_device.h"
+#include "npurt/runtime/runtime.h"
+
+namespace npurt::comm {
+
+namespace group_detail {
+struct GroupState;
+}
+
+class DeviceGroup {
+ public:
+  // A group over `runtimes` (at least one; every pair of devices must reach each
+  // other: hal::Device::can_access_peer).
+  static StatusOr<std::shared_ptr<DeviceGroup>> create(std::vector<std::shared_ptr<Runtime>> runtimes,
+                                                       CommOptions options = {});
+  // `devices` simulated NPUs made with `sim`, each in a runtime of its own.
+  static StatusOr<std::shared_ptr<DeviceGroup>> create_sim(int devices, const hal::SimOptions& sim = {},
+                                                           RuntimeOptions runtime = {}, CommOptions options = {});
+
+  int size() const;
+  Runtime& runtime(int rank) const;
+  const std::shared_ptr<Runtime>& shared_runtime(int rank) const;
+  std::shared_ptr<Communicator> communicator(int rank) const;
+  // Closes every runtime (Runtime::close); collectives fail afterwards.
+  void close();
+
+  // WRONG, for tests only: collectives stop waiting for the work already on their
+  // stream (a peer copy reads the bytes before the kernel that writes them ran), so a
+  // test can show it catches a collective that skips its stream ordering.
+  void set_skip_stream_ordering_for_test(bool skip);
+
+ private:
+  explicit DeviceGroup(std::shared_ptr<group_detail::GroupState> state);
+  std::shared_ptr<group_detail::GroupState> state_;
+  std::vector<std::shared_ptr<Communicator>> communicators_;
+};
+
+}  // namespace npurt::comm
