@@ -39,6 +39,7 @@ enum class StatusCode : uint8_t {
   kHazard,
   kUnimplemented,
   kInternal,
+  kDeadlineExceeded,  // a wait ran past its timeout (a peer that never came)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -81,6 +82,7 @@ Status device_fault(std::string message);
 Status hazard_error(std::string message);
 Status unimplemented(std::string message);
 Status internal_error(std::string message);
+Status deadline_exceeded(std::string message);
 
 // Aborts with "StatusOr has no value: <status>": StatusOr's check, out of line.
 [[noreturn]] void abort_without_value(const Status& status);

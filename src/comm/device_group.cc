@@ -1,0 +1,327 @@
+// The in-process backend: ranks exchange bytes by peer copies into each other's
+// landing zones and meet on their streams' threads.
+//
+// One exchange round of rank r (round k, parity p = k % 2):
+//   1. push: copy this rank's piece into slot (p, r) of every rank's landing zone
+//      (its own by an on-device copy);
+//   2. arrive: a host function on the stream waits until every rank arrived at k,
+//      so every piece of round k is in every zone;
+//   3. consume: on-device work reads the zone (the sum kernels, or copies out).
+// Zones are double-buffered by parity: rank r's push of round k lands in a half that
+// its owner last read in round k - 2, which the owner finished before arriving at
+// round k - 1, which rank r waited for before pushing. So one meeting per round.
+
+#include "npurt/comm/device_group.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "comm/meeting.h"
+#include "npurt/hal/handles.h"
+#include "npurt/ops/elementwise.h"
+
+namespace npurt::comm {
+
+using isa::Access;
+using isa::DType;
+
+namespace group_detail {
+
+// One rank's kernel that adds two vectors of up to chunk_bytes (count a runtime scalar).
+struct Adder {
+  exec::CodeHandle code;
+  uint32_t grid = 1;
+};
+
+struct RankState {
+  std::shared_ptr<Runtime> runtime;
+  hal::DeviceBlock landing;  // 2 x size x chunk_bytes
+  Adder add_f32, add_bf16;
+  hal::Stream side;  // WRONG-on-purpose mode only: where pushes skip the stream's order
+};
+
+struct GroupState {
+  GroupState(int n, CommOptions o) : options(o), meeting(n, o.timeout) {}
+  const CommOptions options;
+  std::vector<RankState> ranks;
+  Meeting meeting;
+  std::atomic<bool> skip_ordering{false};
+};
+
+}  // namespace group_detail
+
+namespace {
+
+using group_detail::Adder;
+using group_detail::GroupState;
+using group_detail::RankState;
+
+StatusOr<Adder> make_adder(Runtime& rt, DType dtype, uint64_t chunk_bytes) {
+  const uint64_t n = chunk_bytes / reduce_element_bytes(dtype);
+  const ops::Elementwise add(
+      ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = n, .dtype = dtype, .row_elems = 1});
+  NPURT_ASSIGN_OR_RETURN(ops::Kernel k, add.compile(ops::Target::of(rt.device().info())));
+  NPURT_ASSIGN_OR_RETURN(exec::CodeHandle code, rt.registry().register_image(k.image));
+  return Adder{std::move(code), k.grid};
+}
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<GroupState> group, int rank) : g_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(g_->ranks.size()); }
+  const char* backend() const override { return "in-process"; }
+  Runtime& runtime() const override { return *self().runtime; }
+
+  Status all_reduce(hal::StreamId stream, const View& data, DType dtype) override {
+    const uint64_t esize = reduce_element_bytes(dtype);
+    if (esize == 0) {
+      return invalid_argument("all_reduce: dtype " + std::string(isa::dtype_name(dtype)) +
+                              " cannot be summed (f32 or bf16)");
+    }
+    if (data.size() % esize != 0) {
+      return invalid_argument("all_reduce: a view of " + std::to_string(data.size()) + " bytes is not a whole number of " +
+                              std::string(isa::dtype_name(dtype)) + " elements");
+    }
+    const Adder& adder = dtype == DType::kF32 ? self().add_f32 : self().add_bf16;
+    const MemoryContext::CommandArg args[] = {{data, Access::kInOut}};
+    return collective("all_reduce", stream, args, data.size(), [&](const Round& r) -> Status {
+      const hal::DeviceAddr piece = r.views[0].addr + r.offset;
+      NPURT_RETURN_IF_ERROR(push(r, piece));
+      NPURT_RETURN_IF_ERROR(arrive(r));
+      // Ranks added in rank order, the same on every device: every device ends with
+      // the same bits.
+      const int64_t count = static_cast<int64_t>(r.length / esize);
+      for (int j = 1; j < size(); ++j) {
+        const hal::DeviceAddr a = j == 1 ? slot(rank_, 0, r.round) : piece;
+        const hal::LaunchParams p{adder.code.address(), adder.grid,
+                                  {hal::KernelArg::buffer(a, r.length),
+                                   hal::KernelArg::buffer(slot(rank_, j, r.round), r.length),
+                                   hal::KernelArg::buffer(piece, r.length), hal::KernelArg::scalar_i64(count)}};
+        NPURT_RETURN_IF_ERROR(device().launch(r.stream, p));
+      }
+      return ok_status();
+    });
+  }
+
+  Status all_gather(hal::StreamId stream, const View& local, const View& gathered) override {
+    if (gathered.size() != local.size() * static_cast<uint64_t>(size())) {
+      return invalid_argument("all_gather: the gathered view holds " + std::to_string(gathered.size()) +
+                              " bytes; " + std::to_string(size()) + " ranks of " + std::to_string(local.size()) +
+                              " need " + std::to_string(local.size() * size()));
+    }
+    const MemoryContext::CommandArg args[] = {{local, Access::kIn}, {gathered, Access::kOut}};
+    return collective("all_gather", stream, args, local.size(), [&](const Round& r) -> Status {
+      NPURT_RETURN_IF_ERROR(push(r, r.views[0].addr + r.offset));
+      NPURT_RETURN_IF_ERROR(arrive(r));
+      for (int j = 0; j < size(); ++j) {
+        const hal::DeviceAddr dst = r.views[1].addr + j * local.size() + r.offset;
+        NPURT_RETURN_IF_ERROR(device().copy_on_device(r.stream, dst, slot(rank_, j, r.round), r.length));
+      }
+      return ok_status();
+    });
+  }
+
+  Status broadcast(hal::StreamId stream, const View& data, int root) override {
+    if (root < 0 || root >= size()) {
+      return invalid_argument("broadcast: root " + std::to_string(root) + " is not a rank of " +
+                              std::to_string(size()));
+    }
+    const bool sends = root == rank_;
+    const MemoryContext::CommandArg args[] = {{data, sends ? Access::kIn : Access::kOut}};
+    return collective("broadcast", stream, args, data.size(), [&](const Round& r) -> Status {
+      if (sends) NPURT_RETURN_IF_ERROR(push(r, r.views[0].addr + r.offset));
+      NPURT_RETURN_IF_ERROR(arrive(r));
+      if (sends) return ok_status();
+      return device().copy_on_device(r.stream, r.views[0].addr + r.offset, slot(rank_, root, r.round), r.length);
+    });
+  }
+
+  Status barrier(hal::StreamId stream) override {
+    return collective("barrier", stream, {}, 0, [&](const Round& r) { return arrive(r); });
+  }
+
+  Status agree(const Status& mine) override { return mine; }
+
+  CommStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  // One exchange round as the collective's round function sees it.
+  struct Round {
+    hal::StreamId stream;
+    uint64_t round;   // the group-wide round number
+    uint64_t offset;  // into each rank's piece
+    uint64_t length;  // bytes of it in this round
+    std::span<const hal::KernelArg> views;
+    const std::string& what;
+  };
+
+  const RankState& self() const { return g_->ranks[rank_]; }
+  hal::Device& device() const { return self().runtime->device(); }
+
+  // Slot `from` of `owner`'s landing zone, in the half of `round`'s parity.
+  hal::DeviceAddr slot(int owner, int from, uint64_t round) const {
+    const uint64_t half = (round & 1) * static_cast<uint64_t>(size());
+    return g_->ranks[owner].landing.addr() + (half + from) * g_->options.chunk_bytes;
+  }
+
+  // Step 1: this rank's piece into its slot of every zone.
+  Status push(const Round& r, hal::DeviceAddr piece) {
+    hal::StreamId on = r.stream;
+    const bool skip = g_->skip_ordering.load();
+    if (skip) NPURT_RETURN_IF_ERROR(side_stream(&on));
+    for (int j = 0; j < size(); ++j) {
+      const hal::DeviceAddr dst = slot(j, rank_, r.round);
+      NPURT_RETURN_IF_ERROR(j == rank_ ? device().copy_on_device(on, dst, piece, r.length)
+                                       : device().copy_to_peer(on, g_->ranks[j].runtime->shared_device(), dst,
+                                                               piece, r.length));
+    }
+    if (!skip) return ok_status();
+    // The side stream's pushes did not wait for the stream's earlier work; the
+    // arrival still waits for the pushes.
+    NPURT_ASSIGN_OR_RETURN(hal::Event done, hal::Event::create(self().runtime->shared_device()));
+    NPURT_RETURN_IF_ERROR(device().record_event(on, done.id()));
+    return device().wait_event(r.stream, done.id());
+  }
+
+  Status side_stream(hal::StreamId* out) {
+    RankState& me = g_->ranks[rank_];
+    if (!me.side) {
+      NPURT_ASSIGN_OR_RETURN(me.side, hal::Stream::create(me.runtime->shared_device()));
+    }
+    *out = me.side.id();
+    return ok_status();
+  }
+
+  // Step 2: meet the other ranks on the stream's thread.
+  Status arrive(const Round& r) {
+    auto group = g_;
+    const int rank = rank_;
+    const uint64_t round = r.round;
+    return device().enqueue_host_function(r.stream, [group, rank, round, what = r.what](const Status& failed) {
+      if (!failed.ok()) {
+        group->meeting.fail(rank, failed, what);
+        return failed;
+      }
+      return group->meeting.arrive(rank, round, what);
+    });
+  }
+
+  using RoundFn = std::function<Status(const Round&)>;
+
+  // A collective of `bytes` per rank, in rounds of at most chunk_bytes, ordered with
+  // the views' other work by the memory context.
+  Status collective(const char* kind, hal::StreamId stream, std::span<const MemoryContext::CommandArg> args,
+                    uint64_t bytes, const RoundFn& each_round) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string what = std::string(kind) + " #" + std::to_string(seq_);
+    NPURT_RETURN_IF_ERROR(self().runtime->check_open(what + " on rank " + std::to_string(rank_)));
+    NPURT_RETURN_IF_ERROR(g_->meeting.failure().with_context(what + ": the group failed earlier"));
+    const uint64_t chunk = g_->options.chunk_bytes;
+    const uint64_t rounds = std::max<uint64_t>(1, (bytes + chunk - 1) / chunk);
+    uint64_t enqueued = 0;
+    Status s = runtime().memory().enqueue_command(
+        stream, what, args, [&](hal::StreamId on, std::span<const hal::KernelArg> views) -> Status {
+          if (size() == 1) return ok_status();  // a group of one has nothing to exchange
+          for (; enqueued < rounds; ++enqueued) {
+            const uint64_t offset = enqueued * chunk;
+            const Round r{on, round_ + enqueued, offset, std::min(chunk, bytes - std::min(bytes, offset)), views, what};
+            NPURT_RETURN_IF_ERROR(each_round(r));
+          }
+          return ok_status();
+        });
+    // The peers expect this rank's rounds; without them theirs no longer line up.
+    if (!s.ok()) g_->meeting.fail(rank_, s, what);
+    NPURT_RETURN_IF_ERROR(s);
+    ++seq_;
+    round_ += size() == 1 ? 0 : rounds;
+    ++stats_.collectives;
+    stats_.bytes += bytes;
+    return ok_status();
+  }
+
+  const std::shared_ptr<GroupState> g_;
+  const int rank_;
+  mutable std::mutex mu_;
+  uint64_t seq_ = 0;    // collectives of this rank, guarded by mu_
+  uint64_t round_ = 0;  // exchange rounds of this rank, guarded by mu_
+  CommStats stats_;     // guarded by mu_
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<DeviceGroup>> DeviceGroup::create(std::vector<std::shared_ptr<Runtime>> runtimes,
+                                                           CommOptions options) {
+  if (runtimes.empty()) return invalid_argument("device group: no devices");
+  if (options.chunk_bytes == 0 || options.chunk_bytes % 4096 != 0) {
+    return invalid_argument("device group: chunk_bytes must be a positive multiple of 4096");
+  }
+  if (options.timeout.count() <= 0) return invalid_argument("device group: the timeout must be positive");
+  const int n = static_cast<int>(runtimes.size());
+  auto state = std::make_shared<GroupState>(n, options);
+  for (int r = 0; r < n; ++r) {
+    if (!runtimes[r]) return invalid_argument("device group: runtime " + std::to_string(r) + " is null");
+    for (int j = 0; j < n; ++j) {
+      if (j != r && !runtimes[r]->device().can_access_peer(runtimes[j]->device())) {
+        return invalid_argument("device group: device " + std::to_string(r) + " cannot reach device " +
+                                std::to_string(j));
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    Runtime& rt = *runtimes[r];
+    const std::string which = "device group: rank " + std::to_string(r);
+    RankState rank{runtimes[r], {}, {}, {}, {}};
+    auto landing = hal::DeviceBlock::allocate(rt.shared_device(), 2 * n * options.chunk_bytes, 4096);
+    if (!landing.ok()) return landing.status().with_context(which + ": landing zone");
+    rank.landing = std::move(landing).value();
+    auto f32 = make_adder(rt, DType::kF32, options.chunk_bytes);
+    if (!f32.ok()) return f32.status().with_context(which);
+    rank.add_f32 = std::move(f32).value();
+    auto bf16 = make_adder(rt, DType::kBF16, options.chunk_bytes);
+    if (!bf16.ok()) return bf16.status().with_context(which);
+    rank.add_bf16 = std::move(bf16).value();
+    state->ranks.push_back(std::move(rank));
+  }
+  return std::shared_ptr<DeviceGroup>(new DeviceGroup(std::move(state)));
+}
+
+StatusOr<std::shared_ptr<DeviceGroup>> DeviceGroup::create_sim(int devices, const hal::SimOptions& sim,
+                                                               RuntimeOptions runtime, CommOptions options) {
+  if (devices < 1 || devices > 64) {
+    return invalid_argument("device group: " + std::to_string(devices) + " devices (1 to 64)");
+  }
+  std::vector<std::shared_ptr<Runtime>> runtimes;
+  for (int r = 0; r < devices; ++r) {
+    auto rt = Runtime::create_sim(sim, runtime);
+    if (!rt.ok()) return rt.status().with_context("device group: device " + std::to_string(r));
+    runtimes.push_back(std::move(rt).value());
+  }
+  return create(std::move(runtimes), options);
+}
+
+DeviceGroup::DeviceGroup(std::shared_ptr<group_detail::GroupState> state) : state_(std::move(state)) {
+  for (int r = 0; r < static_cast<int>(state_->ranks.size()); ++r) {
+    communicators_.push_back(std::make_shared<InProcessCommunicator>(state_, r));
+  }
+}
+
+int DeviceGroup::size() const { return static_cast<int>(state_->ranks.size()); }
+Runtime& DeviceGroup::runtime(int rank) const { return *state_->ranks.at(rank).runtime; }
+const std::shared_ptr<Runtime>& DeviceGroup::shared_runtime(int rank) const {
+  return state_->ranks.at(rank).runtime;
+}
+std::shared_ptr<Communicator> DeviceGroup::communicator(int rank) const { return communicators_.at(rank); }
+
+void DeviceGroup::close() {
+  for (RankState& r : state_->ranks) r.runtime->close();
+}
+
+void DeviceGroup::set_skip_stream_ordering_for_test(bool skip) { state_->skip_ordering.store(skip); }
+
+}  // namespace npurt::comm
