@@ -1,5 +1,6 @@
 #include "npurt/ops/argmax.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -19,17 +20,24 @@ constexpr uint64_t kMaxRows = 65535;
 
 }  // namespace
 
-std::string Argmax::name() const { return std::string(kOp) + " f32 " + std::to_string(p_.n); }
+std::string Argmax::name() const {
+  return std::string(kOp) + " f32 " + std::to_string(p_.n) +
+         (p_.index_base ? " base " + std::to_string(p_.index_base) : "") + (p_.with_value ? " with value" : "");
+}
 
 Status Argmax::validate() const {
   NPURT_RETURN_IF_ERROR(check_count(kOp, "n", p_.n, INT32_MAX, "must be < 2^31 (the index is i32)"));
   if (p_.chunk > 65535) return invalid_param(kOp, "chunk", "must be <= 65535");
   if (ceil_div(p_.n, chunk()) > kMaxRows) return invalid_param(kOp, "chunk", "splits n into more than 65535 rows");
+  if (p_.index_base > INT32_MAX - p_.n) {
+    return invalid_param(kOp, "index_base", "must be <= 2^31 - 1 - n (the reported index is i32)");
+  }
   return Status();
 }
 
 std::vector<ArgSpec> Argmax::signature() const {
-  return {ArgSpec::buffer("x", Access::kIn, DType::kF32, p_.n), ArgSpec::buffer("index", Access::kOut, DType::kI32, 1)};
+  return {ArgSpec::buffer("x", Access::kIn, DType::kF32, p_.n),
+          ArgSpec::buffer("index", Access::kOut, DType::kI32, p_.with_value ? 2 : 1)};
 }
 
 uint64_t Argmax::chunk() const {
@@ -44,17 +52,18 @@ StatusOr<uint32_t> Argmax::emit(EmitContext& ctx) const {
   const uint64_t tail = p_.n % chunk;
   const uint64_t rows_per_load = std::clamp<uint64_t>(kLoadElements / chunk, 1, std::max<uint64_t>(full_rows, 1));
   // Local layout: the loaded rows, each row's maximum (f32), its position (i32), the
-  // best row and the result.
+  // best row and the result (index, then the value).
   const uint64_t max_at = 4 * rows_per_load * chunk, pos_at = max_at + 4 * rows, best_at = pos_at + 4 * rows;
-  const uint64_t local = best_at + 8;
+  const uint64_t local = best_at + 12;
   NPURT_RETURN_IF_ERROR(local_fits(kOp, "chunk", local, target));
   const int chunk_cols = static_cast<int>(chunk), nrows = static_cast<int>(rows);
 
   isa::KernelBuilder& b = ctx.builder;
   const uint8_t x = ctx.arg("x");
   const uint8_t index = ctx.arg("index");
-  const Reg loads{0}, left{1}, off{2}, slot{3}, nload{4}, bytes{5}, zero{6}, best_row{7}, best_col{8}, result{9};
-  const Tile data{0}, maxima{1}, positions{2}, best{3}, out{4};
+  const Reg loads{0}, left{1}, off{2}, slot{3}, nload{4}, bytes{5}, zero{6}, best_row{7}, best_col{8}, result{9},
+      value_off{10};
+  const Tile data{0}, maxima{1}, positions{2}, best{3}, out{4}, value{5};
   b.li(loads, static_cast<int64_t>(ceil_div(full_rows, rows_per_load)));
   b.li(left, static_cast<int64_t>(full_rows));
   b.li(off, 0);
@@ -89,8 +98,19 @@ StatusOr<uint32_t> Argmax::emit(EmitContext& ctx) const {
   b.tget(best_col, positions, best_row);
   b.alui(AluOp::kMul, result, best_row, static_cast<int64_t>(chunk));
   b.alu(AluOp::kAdd, result, result, best_col);
+  if (p_.with_value) {
+    // x[result] reloaded, not the row maximum: TRED max may return either zero of
+    // -0 == +0. TRED max of one element is the element, or -inf for NaN. It lands in
+    // the result's second slot.
+    b.alui(AluOp::kMul, value_off, result, 4);
+    b.tdef(value, DType::kF32, 1, 1, static_cast<uint32_t>(best_at + 8));
+    b.tld(value, x, value_off, DType::kF32);
+    b.tred(RedOp::kMax, value, value);
+  }
+  if (p_.index_base) b.alui(AluOp::kAdd, result, result, static_cast<int64_t>(p_.index_base));
   b.tdef(out, DType::kI32, 1, 1, static_cast<uint32_t>(best_at + 4));
   b.tfill(out, result);
+  if (p_.with_value) b.tdef(out, DType::kI32, 1, 2, static_cast<uint32_t>(best_at + 4));
   b.tst(out, index, zero, DType::kI32);
   b.reserve_local(static_cast<uint32_t>(local));
   return static_cast<uint32_t>(1);
@@ -106,9 +126,23 @@ void Argmax::compute_reference(std::span<const HostArg> args) const {
       best_index = i;
     }
   }
-  // Written as raw i32: an f32 round trip would lose indices above 2^24.
-  const int32_t result = static_cast<int32_t>(best_index);
-  std::memcpy(args[1].bytes.data(), &result, sizeof(result));
+  // Written as raw i32: an f32 round trip would lose indices above 2^24. `best` is
+  // x[best_index], or -inf when nothing beats it.
+  const int32_t result[2] = {static_cast<int32_t>(best_index + p_.index_base), std::bit_cast<int32_t>(best)};
+  std::memcpy(args[1].bytes.data(), result, p_.with_value ? sizeof(result) : sizeof(result[0]));
+}
+
+int32_t argmax_pick(std::span<const int32_t> pairs) {
+  int32_t best_index = pairs[0];
+  float best = std::bit_cast<float>(pairs[1]);
+  for (size_t i = 2; i + 1 < pairs.size(); i += 2) {
+    const float v = std::bit_cast<float>(pairs[i + 1]);
+    if (v > best || (v == best && pairs[i] < best_index)) {
+      best = v;
+      best_index = pairs[i];
+    }
+  }
+  return best_index;
 }
 
 }  // namespace npurt::ops

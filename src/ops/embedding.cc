@@ -17,11 +17,66 @@ constexpr const char* kOp = "embedding";
 
 uint64_t row_bytes(DType dtype, uint32_t dim) { return isa::dtype_bytes(dtype, dim); }
 
+// What a lookup of one token works with: `index` a 1 x 1 i32 tile, `row` a 1 x dim f32
+// tile; `scale` holds the scale's f32 bits unless it is 1, `pitch` the table's row bytes.
+struct LookupRegs {
+  uint8_t table;
+  Reg tok, pitch, scale, gate, scratch, fill;
+  Tile index, row;
+};
+
+// row = table[tok] * scale for the table-local row in `tok`. With a shard, `tok` holds
+// the global i32 token instead: row is -0.0f (the identity of the sum over shards)
+// unless the token is in the shard, and only then does the lookup run (a 0/1-count
+// loop) and overwrite it. Clobbers tok, gate, scratch and fill.
+void emit_row_lookup(isa::KernelBuilder& b, const EmbeddingParams& p, const LookupRegs& l) {
+  if (p.shard) {
+    b.li(l.fill, f32_bits(-0.0f));
+    b.tfill(l.row, l.fill);
+    b.alui(AluOp::kShl, l.tok, l.tok, 32);
+    b.alui(AluOp::kShr, l.tok, l.tok, 32);  // the i32 token, sign-extended
+    b.alui(AluOp::kSub, l.tok, l.tok, static_cast<int64_t>(p.first_row));
+    emit_range_gate(b, l.gate, l.tok, 0, static_cast<int64_t>(p.vocab), l.scratch);
+    b.loop_begin(l.gate);
+  }
+  b.tfill(l.index, l.tok);  // i32 fill takes the register's low 32 bits: the i32 token
+  b.tgather(l.row, l.table, l.index, l.pitch, p.dtype);
+  if (p.scale != 1.0f) b.tsop(isa::BinOp::kMul, l.row, l.row, l.scale);
+  if (p.shard) b.loop_end();
+}
+
+// Registers of emit_shard_rows: `rows` holds the tile's row count, `pitch` and `scale`
+// as for LookupRegs; the others are its own.
+struct ShardRowRegs {
+  Reg rows, pitch, scale, i, slot, row_at, tok, gate, scratch, fill;
+};
+
+// A shard's tile of `rows` tokens (ids at local 0, rows from `index_bytes`): row by row,
+// as the one-token form does, since each token may or may not be in the shard. Each
+// id's slot is reused as its lookup's index once read.
+void emit_shard_rows(isa::KernelBuilder& b, const EmbeddingParams& p, uint8_t table, uint64_t index_bytes,
+                     const ShardRowRegs& r) {
+  const Tile index{0}, one_index{2}, one_row{3};
+  b.li(r.i, 0);
+  b.li(r.slot, 0);
+  b.li(r.row_at, static_cast<int64_t>(index_bytes));
+  b.loop_begin(r.rows);
+  b.tget(r.tok, index, r.i);
+  b.tdef(one_index, DType::kI32, 1, 1, 0, r.slot);
+  b.tdef(one_row, DType::kF32, 1, static_cast<int>(p.dim), 0, r.row_at);
+  emit_row_lookup(b, p, {table, r.tok, r.pitch, r.scale, r.gate, r.scratch, r.fill, one_index, one_row});
+  b.alui(AluOp::kAdd, r.i, r.i, 1);
+  b.alui(AluOp::kAdd, r.slot, r.slot, 4);
+  b.alui(AluOp::kAdd, r.row_at, r.row_at, int64_t{p.dim} * 4);
+  b.loop_end();
+}
+
 }  // namespace
 
 std::string Embedding::name() const {
   return std::string(kOp) + " " + std::string(isa::dtype_name(p_.dtype)) + " " + std::to_string(p_.vocab) + "x" +
-         std::to_string(p_.dim) + (p_.tokens ? " tokens " + std::to_string(p_.tokens) : "");
+         std::to_string(p_.dim) + (p_.tokens ? " tokens " + std::to_string(p_.tokens) : "") +
+         (p_.shard ? " shard rows " + std::to_string(p_.first_row) + "+" + std::to_string(p_.vocab) : "");
 }
 
 Status Embedding::validate() const {
@@ -40,6 +95,18 @@ Status Embedding::validate() const {
                              std::to_string(isa::dtype_block_elems(p_.dtype)));
   }
   if (!std::isfinite(p_.scale)) return invalid_param(kOp, "scale", "must be finite");
+  return validate_shard();
+}
+
+Status Embedding::validate_shard() const {
+  if (!p_.shard) {
+    if (p_.first_row != 0) return invalid_param(kOp, "first_row", "must be 0 without shard");
+    return Status();
+  }
+  // Global ids are i32: the shard's last row must be one.
+  if (p_.first_row > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) + 1 - p_.vocab) {
+    return invalid_param(kOp, "first_row", "must be <= 2^31 - vocab (global tokens are i32)");
+  }
   return Status();
 }
 
@@ -67,19 +134,15 @@ StatusOr<uint32_t> Embedding::emit(EmitContext& ctx) const {
   const uint8_t table = ctx.arg("table");
   const uint8_t token = ctx.arg("token");
   const uint8_t out = ctx.arg("out");
-  const Reg tok{0}, pitch{1}, scale{2}, zero{3};
+  const Reg tok{0}, pitch{1}, scale{2}, zero{3}, gate{4}, scratch{5}, fill{6};
   const Tile index{0}, row{1};
   b.arg_value(tok, token);
   b.li(pitch, static_cast<int64_t>(row_bytes(p_.dtype, p_.dim)));
   b.li(zero, 0);
+  if (p_.scale != 1.0f) b.li(scale, f32_bits(p_.scale));
   b.tdef(index, DType::kI32, 1, 1, 0);
   b.tdef(row, DType::kF32, 1, static_cast<int>(p_.dim), kRowOffset);
-  b.tfill(index, tok);  // i32 fill takes the register's low 32 bits: the i32 token
-  b.tgather(row, table, index, pitch, p_.dtype);
-  if (p_.scale != 1.0f) {
-    b.li(scale, std::bit_cast<uint32_t>(p_.scale));
-    b.tsop(isa::BinOp::kMul, row, row, scale);
-  }
+  emit_row_lookup(b, p_, {table, tok, pitch, scale, gate, scratch, fill, index, row});
   b.tst(row, out, zero, DType::kF32);
   return static_cast<uint32_t>(1);
 }
@@ -111,8 +174,13 @@ StatusOr<uint32_t> Embedding::emit_batched(EmitContext& ctx) const {
   b.tdef(index, DType::kI32, rows, 1, 0);
   b.tdef(row, DType::kF32, rows, static_cast<int>(p_.dim), static_cast<uint32_t>(index_bytes));
   b.tld(index, tokens, id_off, DType::kI32);
-  b.tgather(row, table, index, pitch, p_.dtype);
-  if (p_.scale != 1.0f) b.tsop(isa::BinOp::kMul, row, row, scale);
+  if (p_.shard) {
+    emit_shard_rows(b, p_, table, index_bytes,
+                    {rows, pitch, scale, Reg{13}, Reg{14}, Reg{15}, Reg{16}, Reg{17}, Reg{18}, Reg{19}});
+  } else {
+    b.tgather(row, table, index, pitch, p_.dtype);
+    if (p_.scale != 1.0f) b.tsop(isa::BinOp::kMul, row, row, scale);
+  }
   b.tst(row, out, out_off, DType::kF32);
   emit_advance(b, id_off, rows, 4, bytes);
   emit_advance(b, out_off, rows, out_row_bytes, bytes);
@@ -129,8 +197,12 @@ void Embedding::compute_reference(std::span<const HostArg> args) const {
     const auto* ids = reinterpret_cast<const int32_t*>(args[1].bytes.data());
     const uint64_t bytes = row_bytes(p_.dtype, p_.dim);
     for (int64_t r = 0; r < rows; ++r) {
-      const int32_t token = ids[r];
+      const int64_t token = int64_t{ids[r]} - static_cast<int64_t>(p_.first_row);  // the table-local row
       if (token < 0 || static_cast<uint64_t>(token) >= p_.vocab) {
+        if (p_.shard) {  // another shard's token
+          std::fill_n(out.begin() + r * p_.dim, p_.dim, -0.0f);
+          continue;
+        }
         std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());  // the kernel faults
         break;
       }
@@ -140,8 +212,9 @@ void Embedding::compute_reference(std::span<const HostArg> args) const {
     write_f32(args[2], DType::kF32, out);
     return;
   }
-  const int32_t token = static_cast<int32_t>(args[1].as_i64());
-  std::vector<float> out(p_.dim, std::numeric_limits<float>::quiet_NaN());  // the kernel faults: no result
+  // The table-local row; a shard's outside tokens give -0.0f, others fault (no result).
+  const int64_t token = int64_t{static_cast<int32_t>(args[1].as_i64())} - static_cast<int64_t>(p_.first_row);
+  std::vector<float> out(p_.dim, p_.shard ? -0.0f : std::numeric_limits<float>::quiet_NaN());
   if (token >= 0 && static_cast<uint64_t>(token) < p_.vocab) {
     const uint64_t bytes = row_bytes(p_.dtype, p_.dim);
     const std::vector<float> row = read_f32(HostArg::buffer(args[0].bytes.subspan(token * bytes, bytes)), p_.dtype);

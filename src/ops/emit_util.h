@@ -84,6 +84,18 @@ inline void emit_ceil_div(isa::KernelBuilder& b, isa::Reg dst, isa::Reg src, int
   b.alui(isa::AluOp::kDiv, dst, dst, d);
 }
 
+// gate = 1 when lo <= value < hi, else 0 (value, lo and hi well inside int64): the
+// count of a loop run as an "if", the ISA having no branches. Clobbers `scratch`.
+inline void emit_range_gate(isa::KernelBuilder& b, isa::Reg gate, isa::Reg value, int64_t lo, int64_t hi,
+                            isa::Reg scratch) {
+  b.alui(isa::AluOp::kAdd, gate, value, 1 - lo);  // > 0 iff value >= lo
+  b.alui(isa::AluOp::kMul, scratch, value, -1);
+  b.alui(isa::AluOp::kAdd, scratch, scratch, hi);  // > 0 iff value < hi
+  b.alu(isa::AluOp::kMin, gate, gate, scratch);
+  b.alui(isa::AluOp::kMin, gate, gate, 1);
+  b.alui(isa::AluOp::kMax, gate, gate, 0);
+}
+
 // The scalar argument that says how many leading rows of an operator's buffers a
 // launch processes (operators compiled with `rows_runtime`): i32, 0..rows. Batched
 // prefill runs one kernel for any chunk length this way.

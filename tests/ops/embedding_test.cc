@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "ops/op_harness.h"
 
@@ -87,6 +89,157 @@ TEST(Embedding, TokenOutsideVocabFaults) {
   }
 }
 
+// Shard s of n holds rows [s * vocab / n, (s + 1) * vocab / n): uneven when n does not
+// divide vocab.
+EmbeddingParams shard_params(EmbeddingParams full, int n, int s) {
+  const uint64_t first = full.vocab * s / n, end = full.vocab * (s + 1) / n;
+  full.vocab = end - first;
+  full.shard = true;
+  full.first_row = first;
+  return full;
+}
+
+// The bytes of the table's rows [first, first + count).
+testing::Bytes table_rows(const testing::Bytes& table, const EmbeddingParams& c, uint64_t first, uint64_t count) {
+  const uint64_t row = isa::dtype_bytes(c.dtype, c.dim);
+  return testing::Bytes(table.begin() + first * row, table.begin() + (first + count) * row);
+}
+
+// Whether every f32 of `b` is -0.0f, what a shard gives for tokens of other shards.
+bool all_minus_zero(const testing::Bytes& b) {
+  const std::vector<float> v = isa::to_f32(b, DType::kF32);
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::bit_cast<uint32_t>(x) == 0x80000000u; });
+}
+
+class EmbeddingShards : public ::testing::TestWithParam<EmbeddingParams> {};
+
+// Each token against 2 and 4 shards of the same random table: the shard holding it
+// gives the unsharded row's bytes, the others -0.0f, and the elementwise sum of every
+// shard's output is the unsharded row bit for bit, -0.0f elements included (q8_0,
+// q4_0, q5_0 and q6_K rows have some). Outputs start poisoned (NaN).
+TEST_P(EmbeddingShards, SumOfShardsIsTheUnshardedRow) {
+  const EmbeddingParams c = GetParam();
+  const Embedding full(c);
+  for (int64_t token : {int64_t{0}, int64_t{4}, int64_t{5}, static_cast<int64_t>(c.vocab - 1)}) {
+    OpHarness whole(full, static_cast<uint32_t>(c.dim + token));
+    whole.set_scalar("token", HostArg::i64(token));
+    ASSERT_TRUE(whole.runs());
+    const testing::Bytes& want = whole.device_bytes("out");
+    for (int n : {2, 4}) {
+      std::vector<float> sum;
+      for (int s = 0; s < n; ++s) {
+        const EmbeddingParams p = shard_params(c, n, s);
+        const Embedding op(p);
+        OpHarness h(op);
+        h.set_bytes("table", table_rows(whole.input_bytes("table"), c, p.first_row, p.vocab));
+        h.set_scalar("token", HostArg::i64(token));
+        ASSERT_TRUE(h.runs());
+        const testing::Bytes& got = h.device_bytes("out");
+        const bool inside = static_cast<uint64_t>(token) - p.first_row < p.vocab;
+        if (inside) {
+          EXPECT_EQ(got, want) << op.name() << " token " << token;
+        } else {
+          EXPECT_TRUE(all_minus_zero(got)) << op.name() << " token " << token << ": not -0.0f";
+        }
+        EXPECT_EQ(got, h.reference_bytes("out")) << op.name() << " token " << token << ": device vs reference";
+        const std::vector<float> out = h.device_f32("out");
+        if (sum.empty()) {
+          sum = out;
+        } else {
+          for (uint32_t i = 0; i < c.dim; ++i) sum[i] += out[i];
+        }
+      }
+      EXPECT_EQ(std::memcmp(sum.data(), want.data(), want.size()), 0) << "sum of " << n << " shards, token " << token;
+    }
+  }
+}
+
+void expect_batched_shards_sum(const EmbeddingParams& c) {
+  const int64_t rows = c.tokens - 1;
+  std::vector<int32_t> ids(c.tokens);
+  for (uint32_t i = 0; i < c.tokens; ++i) ids[i] = static_cast<int32_t>((i * 7 + 9) % c.vocab);
+  testing::Bytes id_bytes(ids.size() * 4);
+  std::memcpy(id_bytes.data(), ids.data(), id_bytes.size());
+  const Embedding full(c);
+  OpHarness whole(full, c.dim);
+  whole.set_bytes("tokens", id_bytes);
+  whole.set_scalar("rows", HostArg::i64(rows));
+  ASSERT_TRUE(whole.runs());
+  const testing::Bytes& want = whole.device_bytes("out");
+  const size_t row_bytes = size_t{c.dim} * 4, used = rows * row_bytes;
+  for (int n : {2, 4}) {
+    std::vector<float> sum;
+    for (int s = 0; s < n; ++s) {
+      const EmbeddingParams p = shard_params(c, n, s);
+      const Embedding op(p);
+      OpHarness h(op);
+      h.set_bytes("table", table_rows(whole.input_bytes("table"), c, p.first_row, p.vocab));
+      h.set_bytes("tokens", id_bytes);
+      h.set_scalar("rows", HostArg::i64(rows));
+      ASSERT_TRUE(h.runs());
+      const testing::Bytes& got = h.device_bytes("out");
+      EXPECT_EQ(got, h.reference_bytes("out")) << op.name() << ": device vs reference";
+      for (int64_t r = 0; r < rows; ++r) {
+        const testing::Bytes row(got.begin() + r * row_bytes, got.begin() + (r + 1) * row_bytes);
+        if (static_cast<uint64_t>(ids[r]) - p.first_row < p.vocab) {
+          EXPECT_TRUE(std::equal(row.begin(), row.end(), want.begin() + r * row_bytes)) << op.name() << " row " << r;
+        } else {
+          EXPECT_TRUE(all_minus_zero(row)) << op.name() << " row " << r << ": not -0.0f";
+        }
+      }
+      EXPECT_TRUE(std::all_of(got.begin() + used, got.end(), [](uint8_t v) { return v == 0xFF; }))
+          << op.name() << ": wrote past `rows`";
+      const std::vector<float> out = h.device_f32("out");
+      if (sum.empty()) {
+        sum = out;
+      } else {
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
+      }
+    }
+    EXPECT_EQ(std::memcmp(sum.data(), want.data(), used), 0) << "sum of " << n << " shards";
+  }
+}
+
+// The batched form: ids of every shard, repeats included, of which a launch looks up
+// all but the last (whose output row stays poisoned). One tile of 12 rows, and 150
+// rows: tiles of 64 over 3 blocks. Shards of 2 and 4.
+TEST_P(EmbeddingShards, BatchedSumOfShardsIsTheUnshardedRows) {
+  for (uint32_t t : {12u, 150u}) {
+    EmbeddingParams c = GetParam();
+    c.tokens = t;
+    expect_batched_shards_sum(c);
+  }
+}
+
+std::vector<EmbeddingParams> shard_cases() {
+  std::vector<EmbeddingParams> v;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K,
+                  DType::kQ5_K, DType::kQ6_K}) {
+    v.push_back({10, 256, t, kGemmaScale});
+    v.push_back({10, 256, t, -0.5f});  // a negative scale flips the row's signs, never the fill's
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, EmbeddingShards, ::testing::ValuesIn(shard_cases()), case_name);
+
+// Tokens anywhere in the i32 range: outside the shard they give -0.0f and never fault,
+// up to a shard ending at the last i32 id.
+TEST(Embedding, ShardTakesEveryI32Token) {
+  const uint64_t first = (uint64_t{1} << 31) - 4;
+  const Embedding op({.vocab = 4, .dim = 256, .dtype = DType::kQ4_K, .shard = true, .first_row = first});
+  EXPECT_NE(op.name().find("shard"), std::string::npos) << op.name();
+  for (int64_t token : {int64_t{-1}, int64_t{INT32_MIN}, int64_t{0}, static_cast<int64_t>(first) - 1,
+                        static_cast<int64_t>(first), int64_t{INT32_MAX}, int64_t{0xFFFFFFFF}}) {
+    OpHarness h(op);
+    h.set_scalar("token", HostArg::i64(token));
+    ASSERT_TRUE(h.runs()) << "token " << token;
+    const bool inside = token >= static_cast<int64_t>(first) && token <= INT32_MAX;
+    EXPECT_EQ(!all_minus_zero(h.device_bytes("out")), inside) << "token " << token;
+    EXPECT_EQ(h.device_bytes("out"), h.reference_bytes("out")) << "token " << token;
+  }
+}
+
 TEST(Embedding, RejectsBadParameters) {
   expect_rejects<Embedding>({.vocab = 0, .dim = 32}, "vocab");
   expect_rejects<Embedding>({.vocab = 1ull << 31, .dim = 32}, "vocab");
@@ -100,6 +253,10 @@ TEST(Embedding, RejectsBadParameters) {
   expect_rejects<Embedding>({.vocab = 8, .dim = 32, .scale = INFINITY}, "scale");
   // A row that does not fit the target's local memory.
   expect_rejects<Embedding>({.vocab = 8, .dim = 1024}, "dim", {.cores = 1, .local_bytes = 4096});
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .first_row = 8}, "first_row");  // without shard
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .shard = true, .first_row = (1ull << 31) - 7}, "first_row");
+  expect_rejects<Embedding>({.vocab = 8, .dim = 32, .tokens = 4, .shard = true, .first_row = 1ull << 31},
+                            "first_row");
 }
 
 }  // namespace
