@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "npurt/comm/device_group.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
@@ -55,6 +56,25 @@ class ProgressBar {
 
 double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0; }
 
+// The device model: on one simulated NPU, or split over a group of them.
+StatusOr<std::unique_ptr<models::Gemma3Model>> load_device_model(const GenerateArgs& args,
+                                                                 const models::GgufFile& file,
+                                                                 const models::Gemma3Options& mo, ProgressBar& bar) {
+  const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
+  NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, models::gemma3_sim_options(file, args.cores, mo, args.devices));
+  if (args.device_memory != 0) sim.global_memory_bytes = args.device_memory << 20;
+  if (args.devices == 1) {
+    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+    return models::Gemma3Model::load(file, *runtime, mo, progress);
+  }
+  // The devices share this machine's cores: one host thread each runs its kernels.
+  sim.host_threads = 1;
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group, comm::DeviceGroup::create_sim(args.devices, sim));
+  std::vector<std::shared_ptr<comm::Communicator>> ranks;
+  for (int r = 0; r < group->size(); ++r) ranks.push_back(group->communicator(r));
+  return models::Gemma3Model::load_parallel(file, ranks, mo, progress);
+}
+
 }  // namespace
 
 std::string default_model_path() {
@@ -90,8 +110,7 @@ int run_generate(const GenerateArgs& args) {
     models::Gemma3Options mo;
     mo.max_context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
     mo.prefill_chunk = args.prefill_chunk;
-    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = models::Gemma3Model::load_sim(
-        *file, args.cores, mo, [&](uint64_t done, uint64_t total) { bar.update(done, total); });
+    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = load_device_model(args, *file, mo, bar);
     if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
     sim = std::move(loaded).value();
     model = sim.get();
@@ -118,9 +137,10 @@ int run_generate(const GenerateArgs& args) {
   std::fflush(stdout);
   if (!out.ok()) return fail(out.status().to_string());
   std::fprintf(stderr,
-               "device %s: load %.2f s; prefill %d tokens, %.1f tokens/s (%s); time to first token %.3f s; "
+               "device %s%s: load %.2f s; prefill %d tokens, %.1f tokens/s (%s); time to first token %.3f s; "
                "decode %d tokens, %.1f tokens/s\n",
-               args.device.c_str(), load_seconds, stats.prompt_tokens,
+               args.device.c_str(), args.devices > 1 ? (" x" + std::to_string(args.devices)).c_str() : "",
+               load_seconds, stats.prompt_tokens,
                per_second(stats.prompt_tokens, stats.prefill_seconds),
                args.device == "sim" && args.prefill_chunk > 0
                    ? ("chunks of " + std::to_string(sim->prefill_chunk())).c_str()

@@ -15,6 +15,9 @@ struct GenerateArgs {
   std::string device = "sim";  // sim (the simulated NPU) or host (the f32 host oracle)
   uint32_t cores = 8;
   uint32_t prefill_chunk = models::Gemma3Options::kDefaultPrefillChunk;
+  int devices = 1;             // simulated NPUs in this process, the model split over them
+  int tp = 0;                  // > 0: one device per MPI rank, tp ranks (run under mpirun)
+  uint64_t device_memory = 0;  // MiB of global memory per device; 0: sized for its shard
 };
 
 // $NPURT_MODEL when set, else where `make model` installs the file.

@@ -71,6 +71,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
 
+  generate->add_option("--devices", gen.devices, "simulated NPUs in this process, the model split over them")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  generate->add_option("--tp", gen.tp, "tensor-parallel over MPI: one device per rank (mpirun -np N npurt "
+                                       "generate --tp N); rank 0 prints")
+      ->check(CLI::Range(1, 64));
+  generate->add_option("--device-memory", gen.device_memory,
+                       "MiB of global memory per device (default: sized for the device's share of the model)")
+      ->check(CLI::Range(1, 1 << 20));
+
   std::string model;
   auto* info = app.add_subcommand("info", "print a GGUF model file's header, metadata and tensor table");
   info->add_option("MODEL", model, "GGUF file")->required();

@@ -145,6 +145,10 @@ class InProcessCommunicator final : public Communicator {
 
   Status agree(const Status& mine) override { return mine; }
 
+  void abort(const Status& why) override {
+    g_->meeting.abort(why.with_context("rank " + std::to_string(rank_) + " aborted the group"));
+  }
+
   CommStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;

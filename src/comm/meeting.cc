@@ -46,6 +46,15 @@ void Meeting::fail(int rank, const Status& why, const std::string& what) {
   cv_.notify_all();
 }
 
+void Meeting::abort(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return;
+    failed_ = why.ok() ? failed_precondition("the group was aborted") : why;
+  }
+  cv_.notify_all();
+}
+
 Status Meeting::failure() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failed_;

@@ -25,6 +25,8 @@ class Meeting {
   // `what` names the collective in errors ("all_reduce #3").
   Status arrive(int rank, uint64_t round, const std::string& what);
   void fail(int rank, const Status& why, const std::string& what);
+  // Every waiting and later round fails with `why`.
+  void abort(const Status& why);
   // OK, or the failure every later round reports.
   Status failure() const;
 

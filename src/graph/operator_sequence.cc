@@ -55,6 +55,10 @@ Status step_error(size_t i, const ops::Operator& op, const std::string& what) {
 
 Access merge(Access a, Access b) { return a == b ? a : Access::kInOut; }
 
+std::shared_ptr<const StreamCommand> as_command(const SequenceStep& st) {
+  return std::dynamic_pointer_cast<const StreamCommand>(st.op);
+}
+
 // One use of a buffer by a step argument.
 struct Use {
   size_t step;
@@ -325,6 +329,13 @@ std::vector<std::pair<size_t, size_t>> fused_segments(const std::vector<Sequence
   std::set<std::string_view> bound;
   size_t first = 0;
   for (size_t i = 0; i < steps.size(); ++i) {
+    if (as_command(steps[i])) {  // a segment of its own, never fused
+      if (i > first) segments.emplace_back(first, i);
+      segments.emplace_back(i, i + 1);
+      first = i + 1;
+      bound.clear();
+      continue;
+    }
     std::set<std::string_view> with = bound;
     with.insert(steps[i].bindings.begin(), steps[i].bindings.end());
     if (with.size() > static_cast<size_t>(isa::kMaxArgs) && i > first) {
@@ -405,8 +416,22 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
 
   const ops::Target target = ops::Target::of(memory.device().info());
   using Kernel = CompiledSequence::CompiledKernel;
+  // A stream command's arguments, bound as its signature says.
+  const auto command_item = [](const SequenceStep& st, std::shared_ptr<const StreamCommand> cmd) {
+    Kernel item;
+    const auto sig = cmd->signature();
+    for (size_t a = 0; a < sig.size(); ++a) {
+      item.args.push_back({sig[a].is_scalar(), st.bindings[a], sig[a].dtype, sig[a].access, {}});
+    }
+    item.command = std::move(cmd);
+    return item;
+  };
   if (dispatch_ == Dispatch::kSeparate) {
     for (size_t i = 0; i < steps_.size(); ++i) {
+      if (auto cmd = as_command(steps_[i])) {
+        seq->kernels_.push_back(command_item(steps_[i], std::move(cmd)));
+        continue;
+      }
       StatusOr<ops::Kernel> k = steps_[i].op->compile(target);
       if (!k.ok()) return k.status().with_context(step_label(i, *steps_[i].op));
       Kernel ck{std::move(k->image), k->grid, {}, {}};
@@ -417,6 +442,10 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
     }
   } else {
     for (const auto& [first, last] : fused_segments(steps_)) {
+      if (auto cmd = as_command(steps_[first])) {
+        seq->kernels_.push_back(command_item(steps_[first], std::move(cmd)));
+        continue;
+      }
       // One argument per distinct binding of the segment, with the union of its accesses.
       std::vector<CompiledSequence::KernelArgBinding> args;
       std::map<std::string, size_t> index;
@@ -461,7 +490,8 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
       if (a.scalar) continue;
       NPURT_ASSIGN_OR_RETURN(a.view, seq->resolve(a.name));
     }
-    NPURT_ASSIGN_OR_RETURN(k.code, registry.register_image(k.image));
+    if (k.command) continue;
+    NPURT_ASSIGN_OR_RETURN(k.code, registry.register_image(*k.image));
     seq->code_.push_back(k.code);
   }
   // After the code is registered, so the pool's first stream is fresh for all of it.
@@ -506,8 +536,9 @@ Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t
 }
 
 Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
+  std::vector<LaunchArg> args;
   for (const CompiledKernel& k : kernels_) {
-    std::vector<LaunchArg> args;
+    args.clear();
     args.reserve(k.args.size());
     for (const KernelArgBinding& a : k.args) {
       if (!a.scalar) {
@@ -519,19 +550,44 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
       NPURT_ASSIGN_OR_RETURN(ops::HostArg v, scalar_arg(a.name, a.dtype, scalars));
       args.push_back(a.dtype == DType::kF32 ? LaunchArg::scalar_f32(v.as_f32()) : LaunchArg::scalar_i64(v.as_i64()));
     }
-    NPURT_RETURN_IF_ERROR(runtime_->memory().launch(stream, k.code.address(), k.image, k.grid, args));
+    if (k.command) {
+      NPURT_RETURN_IF_ERROR(k.command->enqueue(stream, args).with_context("sequence '" + name_ + "'"));
+      continue;
+    }
+    NPURT_RETURN_IF_ERROR(runtime_->memory().launch(stream, k.code.address(), *k.image, k.grid, args));
   }
   return Status();
+}
+
+size_t CompiledSequence::launches_per_call() const {
+  return static_cast<size_t>(
+      std::count_if(kernels_.begin(), kernels_.end(), [](const CompiledKernel& k) { return !k.command; }));
 }
 
 // One use of the sequence's stream pool: reused while nothing was published, fresh
 // and primed otherwise, replaced after a failure (exec/stream_pool.h).
 Status CompiledSequence::call(const Scalars& scalars) {
+  NPURT_RETURN_IF_ERROR(start(scalars));
+  return finish();
+}
+
+Status CompiledSequence::start(const Scalars& scalars) {
+  if (running_) return failed_precondition("sequence '" + name_ + "': start() again before finish()");
   NPURT_RETURN_IF_ERROR(runtime_->check_open("sequence '" + name_ + "'"));
   NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, streams_->acquire());
   Status enqueued = enqueue(lease.stream, scalars);
-  Status run = streams_->finish(lease);
-  NPURT_RETURN_IF_ERROR(enqueued);
+  if (!enqueued.ok()) {
+    streams_->finish(lease).ignore();  // the enqueue error is the one that matters
+    return enqueued;
+  }
+  running_ = lease;
+  return Status();
+}
+
+Status CompiledSequence::finish() {
+  if (!running_) return failed_precondition("sequence '" + name_ + "': finish() without start()");
+  Status run = streams_->finish(*running_);
+  running_.reset();
   NPURT_RETURN_IF_ERROR(run);
   for (const std::string& out : outputs_) {
     NPURT_ASSIGN_OR_RETURN(View v, resolve(out));

@@ -8,6 +8,9 @@
 #include <set>
 #include <string>
 
+#include "models/gemma3_shard.h"
+#include "npurt/comm/collective_steps.h"
+#include "npurt/hal/handles.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/ops/argmax.h"
@@ -44,26 +47,36 @@ StatusOr<DType> tensor_dtype(const GgufFile& file, const std::string& name) {
 // Norm weights are bound as f32 whatever the file stores (they are converted on load).
 bool is_norm(const std::string& name) { return name.find("norm.weight") != std::string::npos; }
 
+// A device's step and the part of each tensor it binds.
+struct ShardedStep {
+  graph::OperatorSequence sequence;
+  std::map<std::string, TensorSlice> slices;
+};
+
 // Steps and buffer sizes of the decode step, built in order.
 class StepList {
  public:
   void add(OpPtr op, std::vector<std::string> bindings) { steps_.push_back({std::move(op), std::move(bindings)}); }
   void size(const std::string& name, uint64_t elements) { sizes_[name] = elements; }
-  // A weight's binding: its tensor name (which must be in the file), sized.
-  StatusOr<std::string> weight(const GgufFile& file, const std::string& name, uint64_t elements) {
+  // A weight's binding: its tensor name (which must be in the file), sized, and the
+  // part of it this device holds.
+  StatusOr<std::string> weight(const GgufFile& file, const std::string& name, uint64_t elements,
+                               TensorSlice slice = {}) {
     NPURT_RETURN_IF_ERROR(tensor_dtype(file, name).status());
     sizes_[name] = elements;
+    slices_[name] = slice;
     return name;
   }
-  graph::OperatorSequence finish(const Gemma3Options& o, std::string name = "gemma3_step",
-                                 std::vector<std::string> inputs = {}) {
-    return graph::OperatorSequence(std::move(name), std::move(steps_), std::move(inputs), {"next"}, std::move(sizes_),
-                                   o.dispatch);
+  ShardedStep finish(const Gemma3Options& o, std::string name = "gemma3_step", std::vector<std::string> inputs = {}) {
+    return {graph::OperatorSequence(std::move(name), std::move(steps_), std::move(inputs), {"next"}, std::move(sizes_),
+                                    o.dispatch),
+            std::move(slices_)};
   }
 
  private:
   std::vector<graph::SequenceStep> steps_;
   std::map<std::string, uint64_t> sizes_;
+  std::map<std::string, TensorSlice> slices_;
 };
 
 // The attention operators need key and value heads of one width.
@@ -73,11 +86,11 @@ Status check_head_dims(const Gemma3Config& c) {
                           std::to_string(c.head_dim) + "; the attention operators need them equal");
 }
 
-// A step's activations for `rows` tokens (the prefill chunk names them in capitals),
-// its logits and its next token.
-void size_activations(StepList& s, const Gemma3Config& c, uint64_t rows, bool capitals) {
-  const uint64_t hidden = c.hidden, ffn = c.ffn, q_dim = static_cast<uint64_t>(c.n_heads) * c.head_dim,
-                 kv_dim = static_cast<uint64_t>(c.n_kv_heads) * c.head_dim;
+// A step's activations for `rows` tokens on one device (the prefill chunk names them
+// in capitals), its logits and its next token.
+void size_activations(StepList& s, const Gemma3Config& c, const Gemma3Shard& sh, uint64_t rows, bool capitals) {
+  const uint64_t hidden = c.hidden, ffn = sh.ffn, q_dim = static_cast<uint64_t>(sh.q_heads) * c.head_dim,
+                 kv_dim = static_cast<uint64_t>(sh.kv_heads) * c.head_dim;
   const std::pair<const char*, uint64_t> widths[] = {{"h", hidden}, {"x", hidden}, {"a", hidden}, {"f", hidden},
                                                      {"q", q_dim},  {"attn", q_dim}, {"k", kv_dim}, {"v", kv_dim},
                                                      {"g", ffn},    {"u", ffn}};
@@ -86,7 +99,7 @@ void size_activations(StepList& s, const Gemma3Config& c, uint64_t rows, bool ca
     if (capitals) std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::toupper(ch); });
     s.size(name, rows * width);
   }
-  s.size("logits", static_cast<uint64_t>(c.vocab));
+  s.size("logits", sh.vocab);
   s.size("next", 1);
 }
 
@@ -110,9 +123,10 @@ struct LayerBindings {
   const char* rope_base = nullptr;
 };
 
-StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, uint32_t ctx, int32_t l, StepList& s) {
+StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, const Gemma3Shard& sh, uint32_t ctx,
+                                   int32_t l, StepList& s) {
   auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
-  const uint64_t hidden = c.hidden, hd = c.head_dim, kv_dim = uint64_t(c.n_kv_heads) * hd;
+  const uint64_t hidden = c.hidden, hd = c.head_dim, kv_dim = uint64_t(sh.kv_heads) * hd;
   LayerBindings b;
   b.kc = "k_cache." + std::to_string(l);
   b.vc = "v_cache." + std::to_string(l);
@@ -128,40 +142,83 @@ StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, 
   return b;
 }
 
-}  // namespace
+// The parts of a layer's matrices a device holds: rows of q/k/v and gate/up, columns
+// of the output and down projections (gemma3_shard.h).
+struct LayerSlices {
+  TensorSlice q, kv, attn_out, ffn_rows, ffn_down;
+};
 
-StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const Gemma3Config& c,
-                                                     const Gemma3Options& o) {
+LayerSlices layer_slices(const Gemma3Config& c, const Gemma3Shard& sh) {
+  const uint64_t hd = c.head_dim;
+  return {TensorSlice::rows(sh.first_q_head * hd, sh.q_heads * hd),
+          TensorSlice::rows(sh.first_kv_head * hd, sh.kv_heads * hd),
+          TensorSlice::columns(sh.first_q_head * hd, sh.q_heads * hd), TensorSlice::rows(sh.first_ffn, sh.ffn),
+          TensorSlice::columns(sh.first_ffn, sh.ffn)};
+}
+
+TensorSlice vocab_slice(const Gemma3Shard& sh) { return TensorSlice::rows(sh.first_vocab, sh.vocab); }
+
+// The embedding of `tokens` (0: the one-token form) over this device's vocabulary rows.
+std::shared_ptr<ops::Embedding> embedding(const Gemma3Config& c, const Gemma3Shard& sh, DType dtype, uint32_t tokens) {
+  return std::make_shared<ops::Embedding>(ops::EmbeddingParams{.vocab = sh.vocab,
+                                                               .dim = static_cast<uint32_t>(c.hidden),
+                                                               .dtype = dtype,
+                                                               .scale = std::sqrt(static_cast<float>(c.hidden)),
+                                                               .tokens = tokens,
+                                                               .shard = sh.parallel(),
+                                                               .first_row = sh.first_vocab});
+}
+
+// The greedy token from `logits`: on one device an argmax into "next"; over several,
+// each device's (index, value) pair gathered into "next" (2 i32 per device), which the
+// host combines (ops::argmax_pick).
+void add_argmax(StepList& s, const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
+  if (!sh.parallel()) {
+    s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = sh.vocab}), {"logits", "next"});
+    return;
+  }
+  s.size("best", 2);
+  s.size("next", 2 * static_cast<uint64_t>(sh.size));
+  s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = sh.vocab, .with_value = true, .index_base = sh.first_vocab}),
+        {"logits", "best"});
+  s.add(std::make_shared<comm::AllGatherStep>(comm, DType::kI32, 2), {"best", "next"});
+}
+
+StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
+                                  const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
   const uint32_t ctx = context_of(c, o);
-  const uint64_t hidden = c.hidden, ffn = c.ffn, hd = c.head_dim;
-  const uint64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const uint64_t hidden = c.hidden, hd = c.head_dim;
+  const uint64_t q_dim = sh.q_heads * hd, kv_dim = sh.kv_heads * hd, ffn = sh.ffn;
   const uint32_t dim = static_cast<uint32_t>(hidden);
+  const LayerSlices cut = layer_slices(c, sh);
   StepList s;
-  size_activations(s, c, 1, /*capitals=*/false);
+  size_activations(s, c, sh, 1, /*capitals=*/false);
 
-  auto matvec = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out) -> Status {
+  auto matvec = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out,
+                    TensorSlice slice) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
-    s.size(name, m * k);
+    NPURT_RETURN_IF_ERROR(s.weight(file, name, m * k, slice).status());
     s.add(gemv(m, k, t), {name, std::move(in), std::move(out)});
     return Status();
+  };
+  // Partial sums of a row-parallel projection, added over the devices.
+  auto sum_over_devices = [&](const std::string& name) {
+    if (sh.parallel()) s.add(std::make_shared<comm::AllReduceStep>(comm, DType::kF32, hidden), {name});
   };
 
   const std::string embd = "token_embd.weight";
   NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
-  s.size(embd, hidden * c.vocab);
-  s.add(std::make_shared<ops::Embedding>(ops::EmbeddingParams{.vocab = static_cast<uint64_t>(c.vocab),
-                                                              .dim = dim,
-                                                              .dtype = embd_type,
-                                                              .scale = std::sqrt(static_cast<float>(hidden))}),
-        {embd, "token", "h"});
+  NPURT_RETURN_IF_ERROR(s.weight(file, embd, hidden * sh.vocab, vocab_slice(sh)).status());
+  s.add(embedding(c, sh, embd_type, 0), {embd, "token", "h"});
+  sum_over_devices("h");
 
   const auto norm_hidden = rmsnorm(1, dim, c.rms_eps);
-  const auto norm_q = rmsnorm(c.n_heads, static_cast<uint32_t>(hd), c.rms_eps);
-  const auto norm_k = rmsnorm(c.n_kv_heads, static_cast<uint32_t>(hd), c.rms_eps);
-  const auto rope_q = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(c.n_heads),
+  const auto norm_q = rmsnorm(sh.q_heads, static_cast<uint32_t>(hd), c.rms_eps);
+  const auto norm_k = rmsnorm(sh.kv_heads, static_cast<uint32_t>(hd), c.rms_eps);
+  const auto rope_q = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(sh.q_heads),
                                                                    .head_dim = static_cast<uint32_t>(hd)});
-  const auto rope_k = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(c.n_kv_heads),
+  const auto rope_k = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(sh.kv_heads),
                                                                    .head_dim = static_cast<uint32_t>(hd)});
   const auto append = std::make_shared<ops::StridedCopy>(ops::StridedCopyParams{
       .rows = 1, .cols = static_cast<uint32_t>(kv_dim), .dst_rows = ctx, .dst_row_runtime = true});
@@ -170,8 +227,8 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
       std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kGeluTanhMul, .n = ffn});
   auto attention = [&](bool global) {
     return std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
-        .n_heads = static_cast<uint32_t>(c.n_heads),
-        .n_kv_heads = static_cast<uint32_t>(c.n_kv_heads),
+        .n_heads = static_cast<uint32_t>(sh.q_heads),
+        .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
         .head_dim = static_cast<uint32_t>(hd),
         .max_len = ctx,
         .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
@@ -182,12 +239,12 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
   for (int32_t l = 0; l < c.n_layers; ++l) {
     auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
     const bool global = c.is_global(l);
-    NPURT_ASSIGN_OR_RETURN(const LayerBindings lb, bind_layer(file, c, ctx, l, s));
+    NPURT_ASSIGN_OR_RETURN(const LayerBindings lb, bind_layer(file, c, sh, ctx, l, s));
 
     s.add(norm_hidden, {"h", lb.attn_norm, "x"});
-    NPURT_RETURN_IF_ERROR(matvec(t("attn_q"), q_dim, hidden, "x", "q"));
-    NPURT_RETURN_IF_ERROR(matvec(t("attn_k"), kv_dim, hidden, "x", "k"));
-    NPURT_RETURN_IF_ERROR(matvec(t("attn_v"), kv_dim, hidden, "x", "v"));
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_q"), q_dim, hidden, "x", "q", cut.q));
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_k"), kv_dim, hidden, "x", "k", cut.kv));
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_v"), kv_dim, hidden, "x", "v", cut.kv));
     s.add(norm_q, {"q", lb.q_norm, "q"});
     s.add(norm_k, {"k", lb.k_norm, "k"});
     s.add(rope_q, {"q", "q", "pos", lb.rope_base});
@@ -195,15 +252,17 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
     s.add(append, {"k", lb.kc, "pos"});
     s.add(append, {"v", lb.vc, "pos"});
     s.add(global ? attend_global : attend_local, {"q", lb.kc, lb.vc, "attn", "len"});
-    NPURT_RETURN_IF_ERROR(matvec(t("attn_output"), hidden, q_dim, "attn", "a"));
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_output"), hidden, q_dim, "attn", "a", cut.attn_out));
+    sum_over_devices("a");
     s.add(norm_hidden, {"a", lb.post_attn, "a"});
     s.add(add, {"h", "a", "h"});
 
     s.add(norm_hidden, {"h", lb.ffn_norm, "x"});
-    NPURT_RETURN_IF_ERROR(matvec(t("ffn_gate"), ffn, hidden, "x", "g"));
-    NPURT_RETURN_IF_ERROR(matvec(t("ffn_up"), ffn, hidden, "x", "u"));
+    NPURT_RETURN_IF_ERROR(matvec(t("ffn_gate"), ffn, hidden, "x", "g", cut.ffn_rows));
+    NPURT_RETURN_IF_ERROR(matvec(t("ffn_up"), ffn, hidden, "x", "u", cut.ffn_rows));
     s.add(gelu_mul, {"g", "u", "g"});
-    NPURT_RETURN_IF_ERROR(matvec(t("ffn_down"), hidden, ffn, "g", "f"));
+    NPURT_RETURN_IF_ERROR(matvec(t("ffn_down"), hidden, ffn, "g", "f", cut.ffn_down));
+    sum_over_devices("f");
     s.add(norm_hidden, {"f", lb.post_ffw, "f"});
     s.add(add, {"h", "f", "h"});
   }
@@ -211,33 +270,40 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
   s.add(norm_hidden, {"h", out_norm, "x"});
   const GgufTensor* head = gemma3_output_weight(file);
   if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
-  NPURT_RETURN_IF_ERROR(matvec(std::string(head->name), static_cast<uint64_t>(c.vocab), hidden, "x", "logits"));
-  s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = static_cast<uint64_t>(c.vocab)}), {"logits", "next"});
+  NPURT_RETURN_IF_ERROR(matvec(std::string(head->name), sh.vocab, hidden, "x", "logits", vocab_slice(sh)));
+  add_argmax(s, sh, comm);
   return s.finish(o);
 }
 
-StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& c,
-                                                       const Gemma3Options& o) {
+StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
+                                    const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
   const uint32_t ctx = context_of(c, o);
   const uint32_t T = std::min(o.prefill_chunk, ctx);
   if (T == 0) return invalid_argument("gemma3: prefill_chunk 0 builds no prefill sequence");
-  const uint64_t hidden = c.hidden, ffn = c.ffn, hd = c.head_dim;
-  const uint64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const uint64_t hidden = c.hidden, hd = c.head_dim;
+  const uint64_t q_dim = sh.q_heads * hd, kv_dim = sh.kv_heads * hd, ffn = sh.ffn;
   const uint32_t dim = static_cast<uint32_t>(hidden);
+  const LayerSlices cut = layer_slices(c, sh);
   StepList s;
   s.size("tokens", T);
-  size_activations(s, c, T, /*capitals=*/true);
+  size_activations(s, c, sh, T, /*capitals=*/true);
   s.size("h_last", hidden);
   s.size("x_last", hidden);
 
-  auto matmul = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out) -> Status {
+  auto matmul = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out,
+                    TensorSlice slice) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
-    s.size(name, m * k);
+    NPURT_RETURN_IF_ERROR(s.weight(file, name, m * k, slice).status());
     s.add(std::make_shared<ops::WeightGemm>(
               ops::WeightGemmParams{.m = m, .k = k, .rows = T, .weight = t, .rows_runtime = true}),
           {name, std::move(in), std::move(out), kPrefillRows});
     return Status();
+  };
+  // The partial sums of the call's rows, added over the devices.
+  auto sum_over_devices = [&](const std::string& name) {
+    if (!sh.parallel()) return;
+    s.add(std::make_shared<comm::AllReduceStep>(comm, DType::kF32, T * hidden, hidden), {name, kPrefillRows});
   };
   auto rms = [&](uint64_t rows, uint64_t d) {
     return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{
@@ -249,21 +315,17 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
 
   const std::string embd = "token_embd.weight";
   NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
-  s.size(embd, hidden * c.vocab);
-  s.add(std::make_shared<ops::Embedding>(ops::EmbeddingParams{.vocab = static_cast<uint64_t>(c.vocab),
-                                                              .dim = dim,
-                                                              .dtype = embd_type,
-                                                              .scale = std::sqrt(static_cast<float>(hidden)),
-                                                              .tokens = T}),
-        {embd, "tokens", "H", kPrefillRows});
+  NPURT_RETURN_IF_ERROR(s.weight(file, embd, hidden * sh.vocab, vocab_slice(sh)).status());
+  s.add(embedding(c, sh, embd_type, T), {embd, "tokens", "H", kPrefillRows});
+  sum_over_devices("H");
 
   const auto norm_rows = rms(T, hidden);
-  const auto norm_q = rms(T * c.n_heads, hd), norm_k = rms(T * c.n_kv_heads, hd);
+  const auto norm_q = rms(T * sh.q_heads, hd), norm_k = rms(T * sh.kv_heads, hd);
   auto rope = [&](int32_t heads) {
     return std::make_shared<ops::Rope>(
         ops::RopeParams{.n_heads = static_cast<uint32_t>(heads), .head_dim = static_cast<uint32_t>(hd), .tokens = T});
   };
-  const auto rope_q = rope(c.n_heads), rope_k = rope(c.n_kv_heads);
+  const auto rope_q = rope(sh.q_heads), rope_k = rope(sh.kv_heads);
   const auto append = std::make_shared<ops::StridedCopy>(ops::StridedCopyParams{.rows = T,
                                                                                 .cols = static_cast<uint32_t>(kv_dim),
                                                                                 .dst_rows = ctx,
@@ -273,8 +335,8 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
   const auto gelu_mul = rowwise(ops::ElementwiseKind::kGeluTanhMul, ffn);
   auto attention = [&](bool global) {
     return std::make_shared<ops::PrefillAttention>(ops::PrefillAttentionParams{
-        .n_heads = static_cast<uint32_t>(c.n_heads),
-        .n_kv_heads = static_cast<uint32_t>(c.n_kv_heads),
+        .n_heads = static_cast<uint32_t>(sh.q_heads),
+        .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
         .head_dim = static_cast<uint32_t>(hd),
         .max_len = ctx,
         .tokens = T,
@@ -286,12 +348,12 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
   for (int32_t l = 0; l < c.n_layers; ++l) {
     auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
     const bool global = c.is_global(l);
-    NPURT_ASSIGN_OR_RETURN(const LayerBindings lb, bind_layer(file, c, ctx, l, s));
+    NPURT_ASSIGN_OR_RETURN(const LayerBindings lb, bind_layer(file, c, sh, ctx, l, s));
 
     s.add(norm_rows, {"H", lb.attn_norm, "X", kPrefillRows});
-    NPURT_RETURN_IF_ERROR(matmul(t("attn_q"), q_dim, hidden, "X", "Q"));
-    NPURT_RETURN_IF_ERROR(matmul(t("attn_k"), kv_dim, hidden, "X", "K"));
-    NPURT_RETURN_IF_ERROR(matmul(t("attn_v"), kv_dim, hidden, "X", "V"));
+    NPURT_RETURN_IF_ERROR(matmul(t("attn_q"), q_dim, hidden, "X", "Q", cut.q));
+    NPURT_RETURN_IF_ERROR(matmul(t("attn_k"), kv_dim, hidden, "X", "K", cut.kv));
+    NPURT_RETURN_IF_ERROR(matmul(t("attn_v"), kv_dim, hidden, "X", "V", cut.kv));
     s.add(norm_q, {"Q", lb.q_norm, "Q", kPrefillQRows});
     s.add(norm_k, {"K", lb.k_norm, "K", kPrefillKvRows});
     s.add(rope_q, {"Q", "Q", "pos", lb.rope_base, kPrefillRows});
@@ -299,15 +361,17 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
     s.add(append, {"K", lb.kc, "pos", kPrefillRows});
     s.add(append, {"V", lb.vc, "pos", kPrefillRows});
     s.add(global ? attend_global : attend_local, {"Q", lb.kc, lb.vc, "ATTN", "pos", kPrefillRows});
-    NPURT_RETURN_IF_ERROR(matmul(t("attn_output"), hidden, q_dim, "ATTN", "A"));
+    NPURT_RETURN_IF_ERROR(matmul(t("attn_output"), hidden, q_dim, "ATTN", "A", cut.attn_out));
+    sum_over_devices("A");
     s.add(norm_rows, {"A", lb.post_attn, "A", kPrefillRows});
     s.add(add, {"H", "A", "H", kPrefillRows});
 
     s.add(norm_rows, {"H", lb.ffn_norm, "X", kPrefillRows});
-    NPURT_RETURN_IF_ERROR(matmul(t("ffn_gate"), ffn, hidden, "X", "G"));
-    NPURT_RETURN_IF_ERROR(matmul(t("ffn_up"), ffn, hidden, "X", "U"));
+    NPURT_RETURN_IF_ERROR(matmul(t("ffn_gate"), ffn, hidden, "X", "G", cut.ffn_rows));
+    NPURT_RETURN_IF_ERROR(matmul(t("ffn_up"), ffn, hidden, "X", "U", cut.ffn_rows));
     s.add(gelu_mul, {"G", "U", "G", kPrefillRows});
-    NPURT_RETURN_IF_ERROR(matmul(t("ffn_down"), hidden, ffn, "G", "F"));
+    NPURT_RETURN_IF_ERROR(matmul(t("ffn_down"), hidden, ffn, "G", "F", cut.ffn_down));
+    sum_over_devices("F");
     s.add(norm_rows, {"F", lb.post_ffw, "F", kPrefillRows});
     s.add(add, {"H", "F", "H", kPrefillRows});
   }
@@ -320,56 +384,56 @@ StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, con
   const GgufTensor* head = gemma3_output_weight(file);
   if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
   NPURT_ASSIGN_OR_RETURN(DType head_type, tensor_dtype(file, std::string(head->name)));
-  s.size(std::string(head->name), static_cast<uint64_t>(c.vocab) * hidden);
-  s.add(gemv(static_cast<uint64_t>(c.vocab), hidden, head_type), {std::string(head->name), "x_last", "logits"});
-  s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = static_cast<uint64_t>(c.vocab)}), {"logits", "next"});
+  NPURT_RETURN_IF_ERROR(s.weight(file, std::string(head->name), sh.vocab * hidden, vocab_slice(sh)).status());
+  s.add(gemv(sh.vocab, hidden, head_type), {std::string(head->name), "x_last", "logits"});
+  add_argmax(s, sh, comm);
   return s.finish(o, "gemma3_prefill", {"tokens"});
 }
 
-StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, Runtime& runtime,
-                                                          const Gemma3Options& options, const Progress& progress) {
-  NPURT_ASSIGN_OR_RETURN(Gemma3Config config, Gemma3Config::from_gguf(file));
-  NPURT_RETURN_IF_ERROR(validate_gemma3_tensors(file, config));
-  NPURT_ASSIGN_OR_RETURN(graph::OperatorSequence step, gemma3_decode_step(file, config, options));
-  auto model = std::unique_ptr<Gemma3Model>(new Gemma3Model());
-  model->runtime_ = runtime.shared_from_this();
-  model->config_ = config;
-  model->max_context_ = context_of(config, options);
-  MemoryContext& memory = runtime.memory();
-  NPURT_ASSIGN_OR_RETURN(model->seq_, step.compile(runtime));
-  NPURT_ASSIGN_OR_RETURN(model->next_, model->seq_->get_buffer("next"));
-  NPURT_ASSIGN_OR_RETURN(model->logits_, model->seq_->get_buffer("logits"));
-  if (options.prefill_chunk > 0) {
-    // The prefill sequence binds the decode step's weights and caches, not copies.
-    NPURT_ASSIGN_OR_RETURN(graph::OperatorSequence chunk, gemma3_prefill_chunk(file, config, options));
-    graph::CompileOptions co;
-    for (const graph::BufferPlacement& p : model->seq_->placements()) {
-      if (p.intermediate) continue;
-      if (file.tensor(p.name) != nullptr || p.name.starts_with("k_cache.") || p.name.starts_with("v_cache.")) {
-        NPURT_ASSIGN_OR_RETURN(co.shared[p.name], model->seq_->get_buffer(p.name));
-      }
-    }
-    NPURT_ASSIGN_OR_RETURN(model->prefill_, chunk.compile(runtime, co));
-    NPURT_ASSIGN_OR_RETURN(model->prefill_tokens_, model->prefill_->get_buffer("tokens"));
-    NPURT_ASSIGN_OR_RETURN(model->prefill_next_, model->prefill_->get_buffer("next"));
-    NPURT_ASSIGN_OR_RETURN(model->prefill_logits_, model->prefill_->get_buffer("logits"));
-    model->max_chunk_ = std::min(options.prefill_chunk, model->max_context_);
-    model->chunk_ = model->max_chunk_;
-  }
+}  // namespace
 
-  // Every bound tensor, copied once in its stored bytes (norms as f32) and pushed to
-  // the device, so the first step moves no weight.
-  std::vector<const GgufTensor*> tensors;
+StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const Gemma3Config& c,
+                                                     const Gemma3Options& o) {
+  NPURT_ASSIGN_OR_RETURN(ShardedStep step, decode_step(file, c, o, Gemma3Shard::whole(c), nullptr));
+  return std::move(step.sequence);
+}
+
+StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& c,
+                                                       const Gemma3Options& o) {
+  NPURT_ASSIGN_OR_RETURN(ShardedStep step, prefill_chunk(file, c, o, Gemma3Shard::whole(c), nullptr));
+  return std::move(step.sequence);
+}
+
+namespace {
+
+// Bytes a device needs for its shard's weights (norms as f32) and KV cache.
+uint64_t resident_bytes(const GgufFile& file, const ShardedStep& step, const Gemma3Config& c, const Gemma3Shard& sh,
+                        uint32_t ctx) {
+  uint64_t bytes = uint64_t{ctx} * c.n_layers * 2 * sh.kv_heads * c.head_dim * 4;
+  for (const auto& [name, slice] : step.slices) {
+    const GgufTensor* t = file.tensor(name);
+    bytes += is_norm(name) ? t->elements() * 4 : slice_bytes(*t, slice);
+  }
+  return bytes;
+}
+
+std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
+
+// Copies every bound tensor's slice (norms converted to f32) to the device, so the
+// first step moves no weight. Returns the bytes a step reads.
+StatusOr<uint64_t> upload_weights(const GgufFile& file, const ShardedStep& step, graph::CompiledSequence& seq,
+                                  MemoryContext& memory, const Gemma3Model::Progress& progress) {
+  std::vector<std::pair<const GgufTensor*, View>> tensors;
   uint64_t total = 0;
-  for (const graph::BufferPlacement& p : model->seq_->placements()) {
+  for (const graph::BufferPlacement& p : seq.placements()) {
     const GgufTensor* t = file.tensor(p.name);
     if (t == nullptr) continue;
-    tensors.push_back(t);
+    NPURT_ASSIGN_OR_RETURN(View v, seq.get_buffer(t->name));
+    tensors.push_back({t, v});
     total += p.bytes;
   }
   uint64_t done = 0;
-  for (const GgufTensor* t : tensors) {
-    NPURT_ASSIGN_OR_RETURN(View v, model->seq_->get_buffer(t->name));
+  for (const auto& [t, v] : tensors) {
     {
       NPURT_ASSIGN_OR_RETURN(WriteGuard g, memory.overwrite(v));
       const std::span<uint8_t> dst = g.bytes();
@@ -378,25 +442,116 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, R
         if (f.size() * sizeof(float) != dst.size()) return internal_error("gemma3: norm size mismatch");
         std::memcpy(dst.data(), f.data(), dst.size());
       } else {
-        if (t->data.size() != dst.size()) {
-          return invalid_argument("gemma3: tensor '" + std::string(t->name) + "' holds " +
-                                                          std::to_string(t->data.size()) + " bytes, the step binds " +
-                                                          std::to_string(dst.size()));
-        }
-        std::memcpy(dst.data(), t->data.data(), dst.size());
+        NPURT_RETURN_IF_ERROR(copy_slice(*t, step.slices.at(std::string(t->name)), dst));
       }
     }
     NPURT_RETURN_IF_ERROR(memory.to_device(v));
-    model->weight_bytes_per_step_ += v.size();
     done += v.size();
     if (progress) progress(done, total);
   }
+  uint64_t read = done;
   // The embedding reads one row of its table: with a separate LM head the table's
   // other rows are not read by a step (a tied table is, by the LM head).
   if (const GgufTensor* e = file.tensor("token_embd.weight"); e != gemma3_output_weight(file)) {
-    model->weight_bytes_per_step_ -= e->data.size() - e->data.size() / static_cast<uint64_t>(config.vocab);
+    NPURT_ASSIGN_OR_RETURN(View v, seq.get_buffer(e->name));
+    read -= v.size() - v.size() / (e->elements() / e->dims[0]);
   }
+  return read;
+}
+
+}  // namespace
+
+Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, const Gemma3Options& options,
+                              Part& part, int rank, int size, const Progress& progress) {
+  NPURT_ASSIGN_OR_RETURN(const Gemma3Shard shard, Gemma3Shard::plan(file, config, rank, size));
+  Runtime& runtime = *part.runtime;
+  part.q_heads = shard.q_heads;
+  part.kv_heads = shard.kv_heads;
+  const std::string who = size > 1 ? "gemma3: rank " + std::to_string(rank) + " of " + std::to_string(size) : "gemma3";
+  NPURT_ASSIGN_OR_RETURN(ShardedStep step, decode_step(file, config, options, shard, part.comm));
+  const uint32_t ctx = context_of(config, options);
+  const uint64_t need = resident_bytes(file, step, config, shard, ctx), have = runtime.device().info().global_memory_bytes;
+  if (need > have) {
+    return resource_exhausted(who + ": the model needs " + mib(need) + " of device memory (weights and a " +
+                              std::to_string(ctx) + "-position KV cache), the device has " + mib(have) +
+                              (size > 1 ? "" : "; split it over more devices"));
+  }
+  const std::string sizes = who + " (" + mib(need) + " of weights and KV cache on a device of " + mib(have) + ")";
+  auto compiled = step.sequence.compile(runtime);
+  if (!compiled.ok()) return compiled.status().with_context(sizes);
+  part.seq = std::move(compiled).value();
+  NPURT_ASSIGN_OR_RETURN(part.next, part.seq->get_buffer("next"));
+  NPURT_ASSIGN_OR_RETURN(part.logits, part.seq->get_buffer("logits"));
+  if (options.prefill_chunk > 0) {
+    // The prefill sequence binds the decode step's weights and caches, not copies.
+    NPURT_ASSIGN_OR_RETURN(ShardedStep chunk, models::prefill_chunk(file, config, options, shard, part.comm));
+    graph::CompileOptions co;
+    for (const graph::BufferPlacement& p : part.seq->placements()) {
+      if (p.intermediate) continue;
+      if (file.tensor(p.name) != nullptr || p.name.starts_with("k_cache.") || p.name.starts_with("v_cache.")) {
+        NPURT_ASSIGN_OR_RETURN(co.shared[p.name], part.seq->get_buffer(p.name));
+      }
+    }
+    auto prefill = chunk.sequence.compile(runtime, co);
+    if (!prefill.ok()) return prefill.status().with_context(sizes + ", compiling the prefill chunk");
+    part.prefill = std::move(prefill).value();
+    NPURT_ASSIGN_OR_RETURN(part.prefill_tokens, part.prefill->get_buffer("tokens"));
+    NPURT_ASSIGN_OR_RETURN(part.prefill_next, part.prefill->get_buffer("next"));
+    NPURT_ASSIGN_OR_RETURN(part.prefill_logits, part.prefill->get_buffer("logits"));
+  }
+  NPURT_ASSIGN_OR_RETURN(part.weight_bytes, upload_weights(file, step, *part.seq, runtime.memory(), progress));
+  return Status();
+}
+
+StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, Runtime& runtime,
+                                                          const Gemma3Options& options, const Progress& progress) {
+  NPURT_ASSIGN_OR_RETURN(Gemma3Config config, Gemma3Config::from_gguf(file));
+  NPURT_RETURN_IF_ERROR(validate_gemma3_tensors(file, config));
+  auto model = std::unique_ptr<Gemma3Model>(new Gemma3Model());
+  model->config_ = config;
+  model->max_context_ = context_of(config, options);
+  model->parts_.resize(1);
+  model->parts_[0].runtime = runtime.shared_from_this();
+  NPURT_RETURN_IF_ERROR(load_part(file, config, options, model->parts_[0], 0, 1, progress));
+  if (options.prefill_chunk > 0) model->chunk_ = model->max_chunk_ = std::min(options.prefill_chunk, model->max_context_);
   return model;
+}
+
+StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load_parallel(
+    const GgufFile& file, std::vector<std::shared_ptr<comm::Communicator>> ranks, const Gemma3Options& options,
+    const Progress& progress) {
+  if (ranks.empty()) return invalid_argument("gemma3: load_parallel with no ranks");
+  const int size = ranks[0]->size();
+  // Every rank reports whether it loaded, so none waits for a peer that gave up.
+  Status loaded = [&]() -> Status {
+    NPURT_ASSIGN_OR_RETURN(Gemma3Config config, Gemma3Config::from_gguf(file));
+    NPURT_RETURN_IF_ERROR(validate_gemma3_tensors(file, config));
+    return Status();
+  }();
+  auto model = std::unique_ptr<Gemma3Model>(new Gemma3Model());
+  model->devices_ = size;
+  if (loaded.ok()) {
+    model->config_ = *Gemma3Config::from_gguf(file);
+    model->max_context_ = context_of(model->config_, options);
+    for (const auto& c : ranks) {
+      Part part;
+      part.comm = c;
+      part.runtime = c->runtime().shared_from_this();
+      if (c->size() != size) loaded = invalid_argument("gemma3: ranks of groups of different sizes");
+      if (loaded.ok()) loaded = load_part(file, model->config_, options, part, c->rank(), size, progress);
+      if (!loaded.ok()) break;
+      model->parts_.push_back(std::move(part));
+    }
+  }
+  NPURT_RETURN_IF_ERROR(ranks[0]->agree(loaded));
+  if (options.prefill_chunk > 0) model->chunk_ = model->max_chunk_ = std::min(options.prefill_chunk, model->max_context_);
+  return model;
+}
+
+uint64_t Gemma3Model::weight_bytes_per_step() const {
+  uint64_t most = 0;
+  for (const Part& p : parts_) most = std::max(most, p.weight_bytes);
+  return most;
 }
 
 Status Gemma3Model::reset() {
@@ -404,32 +559,51 @@ Status Gemma3Model::reset() {
   return Status();
 }
 
+Status Gemma3Model::run_parts(Which which, const graph::Scalars& scalars) {
+  size_t started = 0;
+  Status s;
+  for (; started < parts_.size(); ++started) {
+    s = ((parts_[started]).*which)->start(scalars);
+    if (!s.ok()) break;
+  }
+  if (!s.ok() && parts_.size() > 1) parts_[0].comm->abort(s);  // the started ones wait for the one that failed
+  for (size_t i = 0; i < started; ++i) {
+    Status f = ((parts_[i]).*which)->finish();
+    if (s.ok()) s = f;
+  }
+  return s;
+}
+
+StatusOr<int32_t> Gemma3Model::read_next(const View Part::*next) const {
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, parts_[0].runtime->memory().read(parts_[0].*next));
+  std::vector<int32_t> words(g.bytes().size() / sizeof(int32_t));
+  std::memcpy(words.data(), g.bytes().data(), words.size() * sizeof(int32_t));
+  return devices_ > 1 ? ops::argmax_pick(words) : words[0];
+}
+
 StatusOr<int32_t> Gemma3Model::step(int32_t token) {
   if (token < 0 || token >= config_.vocab) {
-    return invalid_argument(                  "gemma3: token " + std::to_string(token) + " is outside [0, " + std::to_string(config_.vocab) + ")");
+    return invalid_argument("gemma3: token " + std::to_string(token) + " is outside [0, " +
+                            std::to_string(config_.vocab) + ")");
   }
   if (position_ >= static_cast<int32_t>(max_context_)) {
-    return out_of_range(                  "gemma3: the context is full (" + std::to_string(max_context_) + " positions); reset() first");
+    return out_of_range("gemma3: the context is full (" + std::to_string(max_context_) + " positions); reset() first");
   }
   const graph::Scalars scalars{{"token", int64_t{token}},
                                {"pos", int64_t{position_}},
                                {"len", int64_t{position_} + 1},
                                {kRopeLocal, Gemma3Config::kRopeBaseLocal},
                                {kRopeGlobal, config_.rope_base_global}};
-  NPURT_RETURN_IF_ERROR(seq_->call(scalars));
+  NPURT_RETURN_IF_ERROR(run_parts(&Part::seq, scalars));
   ++position_;
-  last_logits_ = &logits_;
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, runtime_->memory().read(next_));
-  int32_t next = 0;
-  std::memcpy(&next, g.bytes().data(), sizeof next);
-  return next;
+  last_prefill_ = false;
+  return read_next(&Part::next);
 }
 
 Status Gemma3Model::set_prefill_chunk(uint32_t chunk) {
   if (chunk > max_chunk_) {
-    return invalid_argument("gemma3: prefill chunk " + std::to_string(chunk) +
-                                                    " is above the compiled maximum " + std::to_string(max_chunk_) +
-                                                    " (0: token by token)");
+    return invalid_argument("gemma3: prefill chunk " + std::to_string(chunk) + " is above the compiled maximum " +
+                            std::to_string(max_chunk_) + " (0: token by token)");
   }
   chunk_ = chunk;
   return Status();
@@ -439,13 +613,13 @@ StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) return invalid_argument("gemma3: prefill of an empty prompt");
   if (position_ + tokens.size() > max_context_) {
     return out_of_range("gemma3: " + std::to_string(tokens.size()) + " prompt tokens at position " +
-                                               std::to_string(position_) + " do not fit the context of " +
-                                               std::to_string(max_context_) + " positions");
+                        std::to_string(position_) + " do not fit the context of " + std::to_string(max_context_) +
+                        " positions");
   }
   for (int32_t token : tokens) {
     if (token < 0 || token >= config_.vocab) {
-      return invalid_argument("gemma3: prompt token " + std::to_string(token) +
-                                                      " is outside [0, " + std::to_string(config_.vocab) + ")");
+      return invalid_argument("gemma3: prompt token " + std::to_string(token) + " is outside [0, " +
+                              std::to_string(config_.vocab) + ")");
     }
   }
   if (chunk_ == 0) return TokenModel::prefill(tokens);
@@ -457,44 +631,69 @@ StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
 }
 
 StatusOr<int32_t> Gemma3Model::prefill_chunk_call(std::span<const int32_t> tokens) {
-  {
-    NPURT_ASSIGN_OR_RETURN(View ids, prefill_tokens_.subview(0, tokens.size() * sizeof(int32_t)));
-    NPURT_ASSIGN_OR_RETURN(WriteGuard g, runtime_->memory().overwrite(ids));
+  for (Part& p : parts_) {
+    NPURT_ASSIGN_OR_RETURN(View ids, p.prefill_tokens.subview(0, tokens.size() * sizeof(int32_t)));
+    NPURT_ASSIGN_OR_RETURN(WriteGuard g, p.runtime->memory().overwrite(ids));
     std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
   const graph::Scalars scalars{{kPrefillRows, n},
-                               {kPrefillQRows, n * config_.n_heads},
-                               {kPrefillKvRows, n * config_.n_kv_heads},
+                               {kPrefillQRows, n * parts_[0].q_heads},
+                               {kPrefillKvRows, n * parts_[0].kv_heads},
                                {kPrefillLast, n - 1},
                                {"pos", int64_t{position_}},
                                {kRopeLocal, Gemma3Config::kRopeBaseLocal},
                                {kRopeGlobal, config_.rope_base_global}};
-  NPURT_RETURN_IF_ERROR(prefill_->call(scalars));
+  NPURT_RETURN_IF_ERROR(run_parts(&Part::prefill, scalars));
   position_ += static_cast<int32_t>(n);
-  last_logits_ = &prefill_logits_;
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, runtime_->memory().read(prefill_next_));
-  int32_t next = 0;
-  std::memcpy(&next, g.bytes().data(), sizeof next);
-  return next;
+  last_prefill_ = true;
+  return read_next(&Part::prefill_next);
 }
 
 StatusOr<std::vector<float>> Gemma3Model::logits() const {
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, runtime_->memory().read(*last_logits_));
-  std::vector<float> out(g.bytes().size() / sizeof(float));
+  const View Part::*which = last_prefill_ ? &Part::prefill_logits : &Part::logits;
+  std::vector<float> out(static_cast<size_t>(config_.vocab));
+  if (devices_ == 1) {
+    NPURT_ASSIGN_OR_RETURN(ReadGuard g, parts_[0].runtime->memory().read(parts_[0].*which));
+    std::memcpy(out.data(), g.bytes().data(), out.size() * sizeof(float));
+    return out;
+  }
+  // Every device's vocabulary rows, gathered on each device by the communicator.
+  std::vector<Buffer> gathered;
+  std::vector<hal::Stream> streams;
+  Status s;
+  for (const Part& p : parts_) {
+    auto b = p.runtime->memory().create_buffer(out.size() * sizeof(float));
+    auto st = hal::Stream::create(p.runtime->shared_device());
+    if (!b.ok() || !st.ok()) {
+      s = !b.ok() ? b.status() : st.status();
+      break;
+    }
+    s = p.comm->all_gather(st->id(), p.*which, b->view());
+    gathered.push_back(std::move(b).value());
+    streams.push_back(std::move(st).value());
+    if (!s.ok()) break;
+  }
+  if (!s.ok() && parts_.size() > 1) parts_[0].comm->abort(s);
+  for (hal::Stream& st : streams) st.device().stream_synchronize(st.id()).ignore();
+  NPURT_RETURN_IF_ERROR(s.with_context("gemma3: gathering the logits"));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, parts_[0].runtime->memory().read(gathered[0].view()));
   std::memcpy(out.data(), g.bytes().data(), out.size() * sizeof(float));
   return out;
 }
 
-StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores, const Gemma3Options& options) {
+StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores, const Gemma3Options& options,
+                                             int devices) {
   NPURT_ASSIGN_OR_RETURN(Gemma3Config c, Gemma3Config::from_gguf(file));
-  // Weights take at most the file's bytes, the f32 KV cache 2 x 4 bytes per layer,
-  // position and kv dim; the rest is intermediates and code. GM pages are reserved
-  // lazily, so the margin costs nothing.
-  const uint64_t kv = uint64_t{context_of(c, options)} * c.n_layers * 2 * c.n_kv_heads * c.head_dim * 4;
+  if (devices < 1) return invalid_argument("gemma3: " + std::to_string(devices) + " devices");
+  // Weights take at most the file's bytes (a device's share of them), the f32 KV cache
+  // 2 x 4 bytes per layer, position and kv dim of the device's heads; the rest is
+  // intermediates and code. GM pages are reserved lazily, so the margin costs nothing.
+  const uint64_t kv_heads = c.n_kv_heads % devices == 0 ? c.n_kv_heads / devices : 1;
+  const uint64_t kv = uint64_t{context_of(c, options)} * c.n_layers * 2 * kv_heads * c.head_dim * 4;
   hal::SimOptions o;
   o.num_cores = cores;
-  o.global_memory_bytes = (file.bytes().size() + kv + (256ull << 20) + 4095) / 4096 * 4096;
+  o.global_memory_bytes = (file.bytes().size() / devices + kv + (256ull << 20) + 4095) / 4096 * 4096;
   return o;
 }
 

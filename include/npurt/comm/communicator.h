@@ -71,6 +71,11 @@ class Communicator {
   // `mine`.
   virtual Status agree(const Status& mine) = 0;
 
+  // Gives up on the collectives in flight and to come, because this rank cannot take
+  // its part (say, its half of a step failed to enqueue): the peers' and this rank's
+  // pending collectives fail with `why` instead of waiting out the timeout.
+  virtual void abort(const Status& why) = 0;
+
   virtual CommStats stats() const = 0;
 };
 

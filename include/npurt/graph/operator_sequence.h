@@ -39,6 +39,10 @@
 // between an output and another argument of the same step is rejected at compile().
 // Across steps, overlapping slices are fine: launches and barriers order them.
 //
+// Stream commands. A step whose operator is a graph::StreamCommand (a collective) is
+// not compiled: it ends the fused kernel before it, and each call enqueues it on the
+// call's stream between the kernels around it.
+//
 // Errors from compile() name the step (index and operator) and the binding: unknown
 // buffer, dtype or size mismatch, slice out of range, bad overlap, an input written
 // by a step, a missing size.
@@ -47,6 +51,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -54,6 +59,7 @@
 #include "npurt/base/status.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/exec/stream_pool.h"
+#include "npurt/graph/stream_command.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/ops/operator.h"
 #include "npurt/runtime/runtime.h"
@@ -140,6 +146,12 @@ class CompiledSequence {
   // every core otherwise, replaced after a failure. After the runtime closed, every
   // call fails naming the sequence.
   Status call(const Scalars& scalars = {});
+  // call() in two halves, for a caller that drives several devices at once (their
+  // collectives meet on the devices' streams): start() acquires the stream and
+  // enqueues the run (on an error it returns the stream and the error); after a
+  // successful start(), finish() waits for the run, then brings back the outputs.
+  Status start(const Scalars& scalars = {});
+  Status finish();
 
   // The asynchronous part of call(): the uploads and launches, enqueued on `stream`
   // (e.g. a Worker run's stream; its code handles are code_handles()). Outputs are
@@ -149,7 +161,7 @@ class CompiledSequence {
   const std::vector<exec::CodeHandle>& code_handles() const { return code_; }
 
   Dispatch dispatch() const { return dispatch_; }
-  size_t launches_per_call() const { return kernels_.size(); }
+  size_t launches_per_call() const;
   const std::vector<BufferPlacement>& placements() const { return placements_; }
   // Arena sizes in bytes: input, output, scratch.
   uint64_t arena_bytes(BufferPlacement::Arena arena) const;
@@ -163,17 +175,20 @@ class CompiledSequence {
     isa::Access access = isa::Access::kIn;
     View view;  // buffers: resolved once at compile(), the arenas never move
   };
+  // A kernel, or a stream command when `command` is set (no image then).
   struct CompiledKernel {
-    isa::Image image;
+    std::optional<isa::Image> image;
     uint32_t grid = 1;
     exec::CodeHandle code;
     std::vector<KernelArgBinding> args;
+    std::shared_ptr<const StreamCommand> command = nullptr;
   };
   CompiledSequence() = default;
   StatusOr<View> resolve(std::string_view binding) const;
   std::map<std::string, View, std::less<>> shared_;
   std::shared_ptr<Runtime> runtime_;
   std::shared_ptr<exec::StreamPool> streams_;  // call()'s streams
+  std::optional<exec::SlotLease> running_;     // between start() and finish()
   std::string name_;
   Dispatch dispatch_ = Dispatch::kFused;
   Buffer arenas_[3];

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "npurt/base/status.h"
+#include "npurt/comm/communicator.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/graph/operator_sequence.h"
 #include "npurt/hal/sim_device.h"
@@ -80,6 +81,16 @@ class Gemma3Model final : public TokenModel {
   static StatusOr<std::unique_ptr<Gemma3Model>> load_sim(const GgufFile& file, uint32_t cores = 8,
                                                          const Gemma3Options& options = {},
                                                          const Progress& progress = {});
+  // Tensor parallel: the model cut over the devices of a group (models/gemma3_shard.h
+  // says who holds what), each device holding only its shards. `ranks` are the ranks
+  // this process drives: every rank of an in-process comm::DeviceGroup, or its one
+  // rank of an MPI communicator (then every rank of the job loads and steps alike, and
+  // a rank that fails to load makes every rank fail, naming it). Greedy tokens equal
+  // one device's except where float rounding of the partial sums decides a near-tie.
+  static StatusOr<std::unique_ptr<Gemma3Model>> load_parallel(const GgufFile& file,
+                                                              std::vector<std::shared_ptr<comm::Communicator>> ranks,
+                                                              const Gemma3Options& options = {},
+                                                              const Progress& progress = {});
 
   // Runs `token` at position() and returns the argmax of its logits.
   StatusOr<int32_t> step(int32_t token) override;
@@ -95,32 +106,51 @@ class Gemma3Model final : public TokenModel {
   Status reset() override;
   int32_t position() const override { return position_; }
 
-  // The logits of the last step (vocab floats), read back from the device.
+  // The logits of the last step (vocab floats), read back from the device (gathered
+  // from every device's vocabulary rows: over MPI every rank must call it).
   StatusOr<std::vector<float>> logits() const;
+  // Devices the model is cut over (1 unless load_parallel).
+  int devices() const { return devices_; }
 
   const Gemma3Config& config() const { return config_; }
   uint32_t max_context() const { return max_context_; }
-  // Bytes of weights a step reads (every tensor once; the tied LM head once more).
-  uint64_t weight_bytes_per_step() const { return weight_bytes_per_step_; }
-  size_t launches_per_step() const { return seq_->launches_per_call(); }
-  const graph::CompiledSequence& sequence() const { return *seq_; }
+  // Bytes of weights a step reads on one device (every tensor of its shard once; the
+  // tied LM head once more); with several devices in this process, the largest.
+  uint64_t weight_bytes_per_step() const;
+  size_t launches_per_step() const { return parts_[0].seq->launches_per_call(); }
+  // This process's first device's sequences.
+  const graph::CompiledSequence& sequence() const { return *parts_[0].seq; }
   // The prefill chunk's sequence; nullptr when compiled without one.
-  const graph::CompiledSequence* prefill_sequence() const { return prefill_.get(); }
+  const graph::CompiledSequence* prefill_sequence() const { return parts_[0].prefill.get(); }
 
  private:
-  Gemma3Model() = default;
+  // What one device holds and runs.
+  struct Part {
+    std::shared_ptr<Runtime> runtime;
+    std::shared_ptr<comm::Communicator> comm;  // null on one device
+    std::unique_ptr<graph::CompiledSequence> seq, prefill;
+    View next, logits;  // the decode step's "next" and "logits" buffers
+    View prefill_tokens, prefill_next, prefill_logits;
+    uint64_t weight_bytes = 0;
+    int32_t q_heads = 0, kv_heads = 0;  // of its shard
+  };
+  using Which = std::unique_ptr<graph::CompiledSequence> Part::*;
 
-  std::shared_ptr<Runtime> runtime_;
+  Gemma3Model() = default;
+  static Status load_part(const GgufFile& file, const Gemma3Config& config, const Gemma3Options& options,
+                          Part& part, int rank, int size, const Progress& progress);
+  // Runs sequence `which` of every part with `scalars`, all started before any is waited for.
+  Status run_parts(Which which, const graph::Scalars& scalars);
+  // The greedy token from part 0's `next` view (a gathered pair per device when parallel).
+  StatusOr<int32_t> read_next(const View Part::*next) const;
   StatusOr<int32_t> prefill_chunk_call(std::span<const int32_t> tokens);
 
-  std::unique_ptr<graph::CompiledSequence> seq_, prefill_;
-  View next_, logits_;                  // the decode step's "next" and "logits" buffers
-  View prefill_tokens_, prefill_next_, prefill_logits_;
-  const View* last_logits_ = &logits_;  // of whichever sequence ran last
+  std::vector<Part> parts_;
+  int devices_ = 1;
+  bool last_prefill_ = false;  // which sequence's logits are the last
   uint32_t chunk_ = 0, max_chunk_ = 0;
   Gemma3Config config_;
   uint32_t max_context_ = 0;
-  uint64_t weight_bytes_per_step_ = 0;
   int32_t position_ = 0;
 };
 
@@ -128,7 +158,8 @@ class Gemma3Model final : public TokenModel {
 // weights, the KV cache of the options' context and room for activations and code
 // (pages are reserved lazily, so the margin costs nothing): Runtime::create_sim's
 // options for a program that only wants to decode.
+// With `devices`, the options of each of that many simulated NPUs holding a shard.
 StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores = 8,
-                                             const Gemma3Options& options = {});
+                                             const Gemma3Options& options = {}, int devices = 1);
 
 }  // namespace npurt::models

@@ -1,0 +1,53 @@
+// Collectives as steps of an operator sequence (graph/stream_command.h): a sequence
+// per rank, each step run on the call's stream between the kernels around it.
+//
+//   steps.push_back({std::make_shared<comm::AllReduceStep>(comm, DType::kF32, 640), {"a"}});
+#pragma once
+
+#include <memory>
+
+#include "npurt/comm/communicator.h"
+#include "npurt/graph/stream_command.h"
+
+namespace npurt::comm {
+
+// Sums "data" (inout, `elements` of f32 or bf16) over the group. With `row_elems`,
+// "data" is rows of row_elems elements and the i32 scalar "rows" (last argument) says
+// how many leading rows a call sums (batched prefill). Reference: a group of one.
+class AllReduceStep final : public graph::StreamCommand {
+ public:
+  AllReduceStep(std::shared_ptr<Communicator> comm, isa::DType dtype, uint64_t elements, uint64_t row_elems = 0);
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<isa::ArgSpec> signature() const override;
+  Status enqueue(hal::StreamId stream, std::span<const LaunchArg> args) const override;
+
+ protected:
+  void compute_reference(std::span<const ops::HostArg> args) const override;
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  isa::DType dtype_;
+  uint64_t elements_, row_elems_;
+};
+
+// "gathered" (out, size() x `elements`) receives every rank's "local" (in, `elements`
+// of `dtype`) in rank order. Reference: a group of one (only this rank's part).
+class AllGatherStep final : public graph::StreamCommand {
+ public:
+  AllGatherStep(std::shared_ptr<Communicator> comm, isa::DType dtype, uint64_t elements);
+  std::string name() const override;
+  Status validate() const override;
+  std::vector<isa::ArgSpec> signature() const override;
+  Status enqueue(hal::StreamId stream, std::span<const LaunchArg> args) const override;
+
+ protected:
+  void compute_reference(std::span<const ops::HostArg> args) const override;
+
+ private:
+  std::shared_ptr<Communicator> comm_;
+  isa::DType dtype_;
+  uint64_t elements_;
+};
+
+}  // namespace npurt::comm
