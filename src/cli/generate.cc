@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "npurt/comm/device_group.h"
+#include "npurt/comm/mpi.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
@@ -82,23 +83,88 @@ std::string default_model_path() {
   return NPURT_DEFAULT_MODEL;
 }
 
+namespace {
+
+// What every backend starts from: the file, its tokenizer and the prompt's ids.
+struct Inputs {
+  std::string path;
+  std::unique_ptr<models::GgufFile> file;
+  std::unique_ptr<models::Tokenizer> tokenizer;
+  std::vector<int32_t> prompt;
+};
+
+Status open_inputs(const GenerateArgs& args, Inputs& in) {
+  in.path = args.model.empty() ? default_model_path() : args.model;
+  if (!std::filesystem::is_regular_file(in.path)) {
+    return not_found("no model file at " + in.path + " (run `make model`, pass --model PATH or set NPURT_MODEL)");
+  }
+  StatusOr<models::GgufFile> file = models::GgufFile::open(in.path);
+  if (!file.ok()) return file.status().with_context(in.path);
+  in.file = std::make_unique<models::GgufFile>(std::move(file).value());
+  StatusOr<models::Tokenizer> tok = models::Tokenizer::from_gguf(*in.file);
+  if (!tok.ok()) return tok.status().with_context(in.path);
+  in.tokenizer = std::make_unique<models::Tokenizer>(std::move(tok).value());
+  NPURT_ASSIGN_OR_RETURN(in.prompt, in.tokenizer->encode(args.prompt));
+  if (in.prompt.empty()) return invalid_argument("the prompt encodes to no tokens");
+  return Status();
+}
+
+models::Gemma3Options model_options(const GenerateArgs& args, const Inputs& in) {
+  models::Gemma3Options mo;
+  mo.max_context = static_cast<uint32_t>(in.prompt.size()) + static_cast<uint32_t>(args.max_tokens);
+  mo.prefill_chunk = args.prefill_chunk;
+  return mo;
+}
+
+// One device per MPI rank. Every rank opens the file and loads its shard; each tells
+// the others whether it could (Communicator::agree), so a rank whose file is missing
+// or corrupt makes every rank fail, naming it, instead of leaving them waiting.
+struct MpiRank {
+  std::unique_ptr<comm::MpiSession> session;  // finalizes MPI last
+  std::shared_ptr<comm::Communicator> comm;
+  std::string label;  // "rank 1 of 2"
+};
+
+Status start_mpi(const GenerateArgs& args, const Inputs& in, const Status& opened, MpiRank& mpi) {
+  NPURT_ASSIGN_OR_RETURN(mpi.session, comm::MpiSession::init(nullptr, nullptr));
+  mpi.label = "rank " + std::to_string(mpi.session->world_rank()) + " of " + std::to_string(mpi.session->world_size());
+  if (mpi.session->world_size() != args.tp) {
+    return invalid_argument("--tp " + std::to_string(args.tp) + " but mpirun started " +
+                            std::to_string(mpi.session->world_size()) + " ranks");
+  }
+  hal::SimOptions sim{.num_cores = args.cores};
+  if (opened.ok()) {
+    NPURT_ASSIGN_OR_RETURN(sim, models::gemma3_sim_options(*in.file, args.cores, model_options(args, in), args.tp));
+  }
+  if (args.device_memory != 0) sim.global_memory_bytes = args.device_memory << 20;
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+  NPURT_ASSIGN_OR_RETURN(mpi.comm, comm::MpiCommunicator::create(runtime));
+  return mpi.comm->agree(opened);
+}
+
+}  // namespace
+
 int run_generate(const GenerateArgs& args) {
   if (args.device != "sim" && args.device != "host") {
     return fail("unknown device '" + args.device + "' (expected sim or host)");
   }
   if (args.max_tokens < 0) return fail("--max-tokens must not be negative");
-  const std::string path = args.model.empty() ? default_model_path() : args.model;
-  if (!std::filesystem::is_regular_file(path)) {
-    return fail("no model file at " + path + " (run `make model`, pass --model PATH or set NPURT_MODEL)");
+  if (args.tp > 0 && (args.devices != 1 || args.device != "sim")) {
+    return fail("--tp runs one simulated NPU per MPI rank: it takes neither --devices nor --device host");
   }
   const auto t_open = std::chrono::steady_clock::now();
-  StatusOr<models::GgufFile> file = models::GgufFile::open(path);
-  if (!file.ok()) return fail(path + ": " + file.status().to_string());
-  StatusOr<models::Tokenizer> tok = models::Tokenizer::from_gguf(*file);
-  if (!tok.ok()) return fail(path + ": " + tok.status().to_string());
-  StatusOr<std::vector<int32_t>> prompt = tok->encode(args.prompt);
-  if (!prompt.ok()) return fail(prompt.status().to_string());
-  if (prompt->empty()) return fail("the prompt encodes to no tokens");
+  Inputs in;
+  Status opened = open_inputs(args, in);
+  MpiRank mpi;
+  if (args.tp > 0) {
+    Status s = start_mpi(args, in, opened, mpi);
+    if (!s.ok()) return fail((mpi.label.empty() ? "" : mpi.label + ": ") + s.to_string());
+  }
+  if (!opened.ok()) return fail(opened.to_string());
+  const std::string& path = in.path;
+  const models::Tokenizer* tok = in.tokenizer.get();
+  const std::vector<int32_t>* prompt = &in.prompt;
+  const bool speaks = mpi.comm == nullptr || mpi.comm->rank() == 0;  // rank 0 prints
 
   // Whichever backend runs, it is a TokenModel.
   std::unique_ptr<models::Gemma3Model> sim;
@@ -107,15 +173,18 @@ int run_generate(const GenerateArgs& args) {
   models::TokenModel* model = nullptr;
   if (args.device == "sim") {
     ProgressBar bar;
-    models::Gemma3Options mo;
-    mo.max_context = static_cast<uint32_t>(prompt->size()) + static_cast<uint32_t>(args.max_tokens);
-    mo.prefill_chunk = args.prefill_chunk;
-    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = load_device_model(args, *file, mo, bar);
-    if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
+    const models::Gemma3Options mo = model_options(args, in);
+    StatusOr<std::unique_ptr<models::Gemma3Model>> loaded =
+        mpi.comm ? models::Gemma3Model::load_parallel(*in.file, {mpi.comm}, mo,
+                                                      [&](uint64_t done, uint64_t total) {
+                                                        if (speaks) bar.update(done, total);
+                                                      })
+                 : load_device_model(args, *in.file, mo, bar);
+    if (!loaded.ok()) return fail((mpi.label.empty() ? "" : mpi.label + ": ") + path + ": " + loaded.status().to_string());
     sim = std::move(loaded).value();
     model = sim.get();
   } else {
-    StatusOr<models::HostOracle> o = models::HostOracle::load(*file);
+    StatusOr<models::HostOracle> o = models::HostOracle::load(*in.file);
     if (!o.ok()) return fail(path + ": " + o.status().to_string());
     oracle = std::make_unique<models::HostOracle>(std::move(o).value());
     host_model = std::make_unique<models::HostTokenModel>(*oracle);
@@ -123,24 +192,27 @@ int run_generate(const GenerateArgs& args) {
   }
   const double load_seconds = seconds_since(t_open);
 
-  std::fputs(args.prompt.c_str(), stdout);
+  if (speaks) std::fputs(args.prompt.c_str(), stdout);
   std::fflush(stdout);
   models::GenerateStats stats;
   StatusOr<std::vector<int32_t>> out = models::generate(
-      *model, *prompt, args.max_tokens, &*tok,
+      *model, *prompt, args.max_tokens, tok,
       [&](int32_t t) {
+        if (!speaks) return;
         std::fputs(tok->token_text(t).c_str(), stdout);
         std::fflush(stdout);
       },
       &stats);
-  std::fputc('\n', stdout);
+  if (speaks) std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!out.ok()) return fail(out.status().to_string());
+  if (!out.ok()) return fail((mpi.label.empty() ? "" : mpi.label + ": ") + out.status().to_string());
+  if (!speaks) return 0;
+  const int devices = args.tp > 0 ? args.tp : args.devices;
   std::fprintf(stderr,
-               "device %s%s: load %.2f s; prefill %d tokens, %.1f tokens/s (%s); time to first token %.3f s; "
+               "device %s%s%s: load %.2f s; prefill %d tokens, %.1f tokens/s (%s); time to first token %.3f s; "
                "decode %d tokens, %.1f tokens/s\n",
-               args.device.c_str(), args.devices > 1 ? (" x" + std::to_string(args.devices)).c_str() : "",
-               load_seconds, stats.prompt_tokens,
+               args.device.c_str(), devices > 1 ? (" x" + std::to_string(devices)).c_str() : "",
+               args.tp > 0 ? " over MPI" : "", load_seconds, stats.prompt_tokens,
                per_second(stats.prompt_tokens, stats.prefill_seconds),
                args.device == "sim" && args.prefill_chunk > 0
                    ? ("chunks of " + std::to_string(sim->prefill_chunk())).c_str()
