@@ -5,7 +5,9 @@
 // then each times one operation: npurt's is enqueue + stream_synchronize (staging
 // copies, MPI on the stream's thread, the copy back); the peer's is the blocking
 // call. The two alternate repetition by repetition so drift affects both alike.
-// Figures are medians; each is the slowest rank's.
+// Two floors of npurt's path come with them: the nonblocking MPI_Iallreduce it runs
+// (polled to completion on host memory) and the device round trip of its staging
+// copies without MPI. Figures are medians; each is the slowest rank's.
 #include <mpi.h>
 
 #include <algorithm>

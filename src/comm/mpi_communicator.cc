@@ -46,6 +46,16 @@ bool mpi_usable() {
   return initialized != 0 && finalized == 0;
 }
 
+// The memory of a collective that timed out: its request is never completed, so MPI
+// may write into the memory any time until MPI_Finalize. It stays allocated (and
+// reachable) until the process exits.
+void keep_until_exit(std::shared_ptr<void> memory) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<void>>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(memory));
+}
+
 // bf16 sums for MPI: each addition in f32, rounded to bf16 once (nearest even).
 void sum_bf16(void* in, void* inout, int* length, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
@@ -166,14 +176,9 @@ struct MpiCommunicator::Group {
   uint64_t agreements = 0;       // guarded by agree_mu
   Status host_broken;            // the first failure of agree() (guarded by agree_mu)
   CommStats stats;               // guarded by mu
-  // Staging memory of collectives that timed out: MPI may still write into it.
-  std::vector<std::shared_ptr<void>> abandoned;  // guarded by mu
 };
 
 MpiCommunicator::Group::~Group() {
-  // A timed-out collective's request may complete any time until MPI_Finalize:
-  // its memory is never released.
-  if (!abandoned.empty()) new std::vector<std::shared_ptr<void>>(std::move(abandoned));
   std::lock_guard<std::mutex> lock(mpi_mutex());
   if (!mpi_usable()) return;
   if (bf16_sum != MPI_OP_NULL) MPI_Op_free(&bf16_sum);
@@ -214,10 +219,7 @@ Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status&
   bool timed_out = false;
   Status s = poll(&request, deadline, what, &timed_out);
   if (s.ok()) return s;
-  if (timed_out) {
-    std::lock_guard<std::mutex> lock(mu);
-    abandoned.push_back(bytes);
-  }
+  if (timed_out) keep_until_exit(bytes);
   break_stream(s);
   return s;
 }
@@ -540,10 +542,7 @@ Status MpiCommunicator::agree(const Status& mine) {
   bool timed_out = false;
   Status s = group_->poll(&request, Clock::now() + group_->options.timeout, what, &timed_out);
   if (!s.ok()) {
-    if (timed_out) {
-      std::lock_guard<std::mutex> lock(group_->mu);
-      group_->abandoned.push_back(records);
-    }
+    if (timed_out) keep_until_exit(records);
     return group_->host_broken = s;
   }
   for (int r = 0; r < size(); ++r) {
