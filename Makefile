@@ -13,7 +13,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 # reports still name file and line.
 ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 
-.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-python test-install fuzz bench bench-ops clean model
+.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-python test-install fuzz bench bench-ops bench-comm clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -68,6 +68,16 @@ bench: build bench-ops bench-model
 # stdout and the same figures as JSON in $(BUILD)/ops_bench.json.
 bench-ops: build
 	./$(BUILD)/bench/npurt_ops_bench --benchmark_out=$(BUILD)/ops_bench.json --benchmark_out_format=json
+
+# The MPI backend's all_reduce latency and bandwidth next to a plain MPI_Allreduce, on
+# 2 ranks (as root too; more ranks than cores allowed, none pinned). COMM_MCA passes
+# MPI tuning, e.g. COMM_MCA="--mca coll_libnbc_iallreduce_algorithm 1" makes the
+# nonblocking all-reduce the backend uses a ring (Open MPI's default for 2 ranks is
+# about half as fast at 4 MiB here).
+MPIRUN = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe --bind-to none --mca btl self,vader,tcp
+COMM_MCA ?=
+bench-comm: build
+	$(MPIRUN) $(COMM_MCA) -np 2 ./$(BUILD)/bench/npurt_comm_bench
 
 # Gemma-3 decode tokens/s against the bandwidth floor measured in the same run.
 bench-model: build model

@@ -40,6 +40,7 @@ enum class StatusCode : uint8_t {
   kUnimplemented,
   kInternal,
   kDeadlineExceeded,  // a wait ran past its timeout (a peer that never came)
+  // The last code: keep it so (codes cross process boundaries as numbers).
 };
 
 std::string_view status_code_name(StatusCode code);

@@ -1,0 +1,569 @@
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "npurt/comm/mpi.h"
+#include "npurt/isa/numeric.h"
+
+namespace npurt::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every MPI call of the backend holds it, so MPI_THREAD_SERIALIZED is enough and all
+// communicators of the process share one MPI.
+std::mutex& mpi_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// Call with mpi_mutex() held.
+std::string mpi_error_string(int err) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(err, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(err);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+Status mpi_error(int err, const std::string& what) {
+  return failed_precondition(what + ": " + mpi_error_string(err));
+}
+
+bool mpi_usable() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+// The memory of a collective that timed out: its request is never completed, so MPI
+// may write into the memory any time until MPI_Finalize. It stays allocated (and
+// reachable) until the process exits.
+void keep_until_exit(std::shared_ptr<void> memory) {
+  static std::mutex mu;
+  static auto* kept = new std::vector<std::shared_ptr<void>>();
+  std::lock_guard<std::mutex> lock(mu);
+  kept->push_back(std::move(memory));
+}
+
+// bf16 sums for MPI: each addition in f32, rounded to bf16 once (nearest even).
+void sum_bf16(void* in, void* inout, int* length, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = isa::f32_to_bf16(isa::bf16_to_f32(a[i]) + isa::bf16_to_f32(b[i]));
+}
+
+// Host memory for the bytes of collectives in flight, kept for reuse: a fresh block
+// of megabytes costs its page faults again on every collective.
+class StagingPool : public std::enable_shared_from_this<StagingPool> {
+ public:
+  // A block of at least `bytes` bytes; it returns to the pool when its last owner
+  // lets go.
+  std::shared_ptr<uint8_t> take(uint64_t bytes) {
+    std::unique_ptr<uint8_t[]> block;
+    uint64_t size = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto fit = std::find_if(free_.begin(), free_.end(), [&](const Free& f) { return f.bytes >= bytes; });
+      if (fit != free_.end()) {
+        block = std::move(fit->data);
+        size = fit->bytes;
+        pooled_bytes_ -= size;
+        free_.erase(fit);
+      }
+    }
+    if (!block) {
+      size = std::max<uint64_t>(bytes, 1);
+      block = std::make_unique_for_overwrite<uint8_t[]>(size);
+    }
+    std::weak_ptr<StagingPool> pool = weak_from_this();
+    return std::shared_ptr<uint8_t>(block.release(), [pool, size](uint8_t* p) {
+      std::unique_ptr<uint8_t[]> owned(p);
+      if (auto alive = pool.lock()) alive->give_back(std::move(owned), size);
+    });
+  }
+
+ private:
+  static constexpr uint64_t kMaxPooledBytes = 64ull << 20;
+  struct Free {
+    std::unique_ptr<uint8_t[]> data;
+    uint64_t bytes = 0;
+  };
+
+  void give_back(std::unique_ptr<uint8_t[]> data, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pooled_bytes_ + bytes > kMaxPooledBytes) return;
+    pooled_bytes_ += bytes;
+    free_.push_back({std::move(data), bytes});
+  }
+
+  std::mutex mu_;
+  std::vector<Free> free_;     // guarded by mu_
+  uint64_t pooled_bytes_ = 0;  // guarded by mu_
+};
+
+// Starts one nonblocking MPI collective on `comm` over the staging bytes.
+using StartCollective = std::function<int(MPI_Comm comm, uint8_t* staging, MPI_Request* request)>;
+
+}  // namespace
+
+struct MpiCommunicator::Group {
+  explicit Group(CommOptions o) : options(o) {}
+  ~Group();
+
+  std::string label(const char* name, uint64_t seq) const {
+    return std::string(name) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank) + " of " +
+           std::to_string(size);
+  }
+  // The label the next stream collective gets; call with issue_mu held.
+  std::string next_label(const char* name) {
+    std::lock_guard<std::mutex> lock(mu);
+    return label(name, issued + 1);
+  }
+  // OK while stream collectives can still match their peers'.
+  Status stream_usable(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stream_broken.ok()) return ok_status();
+    return failed_precondition(what + ": the communicator is unusable since " + stream_broken.message());
+  }
+  // Its number is taken: the collective's host function is on the stream.
+  void commit(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++issued;
+    ++stats.collectives;
+    stats.bytes += bytes;
+  }
+  void break_stream(const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stream_broken.ok()) stream_broken = why;
+    }
+    turn.notify_all();
+  }
+
+  Status run(const char* name, uint64_t seq, const Status& stream_error, const std::shared_ptr<uint8_t>& staging,
+             const StartCollective& start);
+  Status wait_for_turn(uint64_t seq, Clock::time_point deadline, const std::string& what);
+  // `abandonable`: a stream collective, which abort() may give up on (agree() is not).
+  Status poll(MPI_Request* request, Clock::time_point deadline, const std::string& what, bool* timed_out,
+              bool abandonable);
+
+  const CommOptions options;
+  int rank = 0;
+  int size = 0;
+  MPI_Comm stream_comm = MPI_COMM_NULL;  // the streams' collectives
+  MPI_Comm host_comm = MPI_COMM_NULL;    // agree(), which must not interleave with them
+  MPI_Op bf16_sum = MPI_OP_NULL;
+  const std::shared_ptr<StagingPool> staging = std::make_shared<StagingPool>();
+
+  // One collective issued at a time: the number in its label is the one it runs under.
+  std::mutex issue_mu;
+  std::mutex agree_mu;
+
+  std::mutex mu;
+  std::condition_variable turn;  // `started` moved or the stream collectives broke
+  uint64_t issued = 0;           // stream collectives numbered so far (guarded by mu)
+  uint64_t started = 0;          // of them, those started in order (guarded by mu)
+  Status stream_broken;          // the first failure of a stream collective (guarded by mu)
+  uint64_t agreements = 0;       // guarded by agree_mu
+  Status host_broken;            // the first failure of agree() (guarded by agree_mu)
+  CommStats stats;               // guarded by mu
+};
+
+MpiCommunicator::Group::~Group() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  if (!mpi_usable()) return;
+  if (bf16_sum != MPI_OP_NULL) MPI_Op_free(&bf16_sum);
+  if (stream_comm != MPI_COMM_NULL) MPI_Comm_free(&stream_comm);
+  if (host_comm != MPI_COMM_NULL) MPI_Comm_free(&host_comm);
+}
+
+// On the stream's thread. A stream that failed earlier never produced the input
+// bytes, so the collective cannot take part: it is skipped, its peers time out, and
+// the communicator breaks (the ranks' sequences no longer match).
+Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status& stream_error,
+                                   const std::shared_ptr<uint8_t>& bytes, const StartCollective& start) {
+  const Clock::time_point deadline = Clock::now() + options.timeout;
+  const std::string what = label(name, seq);
+  if (!stream_error.ok()) {
+    Status skipped = failed_precondition(what + " skipped: an earlier command of its stream failed: " +
+                                         stream_error.message());
+    break_stream(skipped);
+    return skipped;
+  }
+  NPURT_RETURN_IF_ERROR(wait_for_turn(seq, deadline, what));
+  MPI_Request request = MPI_REQUEST_NULL;
+  int err = MPI_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    err = start(stream_comm, bytes.get(), &request);
+    if (err != MPI_SUCCESS) {
+      Status failed = mpi_error(err, what);
+      break_stream(failed);
+      return failed;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++started;
+  }
+  turn.notify_all();
+  bool timed_out = false;
+  Status s = poll(&request, deadline, what, &timed_out, /*abandonable=*/true);
+  if (s.ok()) return s;
+  if (timed_out) keep_until_exit(bytes);
+  break_stream(s);
+  return s;
+}
+
+// MPI matches collectives in the order each rank starts them: start in issue order.
+Status MpiCommunicator::Group::wait_for_turn(uint64_t seq, Clock::time_point deadline, const std::string& what) {
+  std::unique_lock<std::mutex> lock(mu);
+  const bool turn_came =
+      turn.wait_until(lock, deadline, [&] { return started + 1 == seq || !stream_broken.ok(); });
+  if (!stream_broken.ok()) {
+    return failed_precondition(what + ": the communicator is unusable since " + stream_broken.message());
+  }
+  if (turn_came) return ok_status();
+  Status late = deadline_exceeded(what + ": collective #" + std::to_string(started + 1) +
+                                    " of this rank, issued before it on another stream, did not start within " +
+                                    std::to_string(options.timeout.count()) + " ms");
+  stream_broken = late;
+  lock.unlock();
+  turn.notify_all();
+  return late;
+}
+
+// Small collectives complete within microseconds, and MPI progresses nonblocking
+// collectives only inside MPI calls: so this tests back to back (yielding the core
+// to other threads) for a while before it starts sleeping between tests.
+Status MpiCommunicator::Group::poll(MPI_Request* request, Clock::time_point deadline, const std::string& what,
+                                    bool* timed_out, bool abandonable) {
+  constexpr auto kBusyFor = std::chrono::milliseconds(50);
+  constexpr auto kLongestNap = std::chrono::microseconds(1000);
+  const Clock::time_point busy_until = Clock::now() + kBusyFor;
+  auto nap = std::chrono::microseconds(50);
+  for (;;) {
+    int done = 0;
+    {
+      std::lock_guard<std::mutex> lock(mpi_mutex());
+      const int err = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+      if (err != MPI_SUCCESS) return mpi_error(err, what);
+    }
+    if (done != 0) return ok_status();
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      *timed_out = true;
+      return deadline_exceeded(what + ": peers did not arrive within " + std::to_string(options.timeout.count()) +
+                               " ms");
+    }
+    if (abandonable) {
+      // abort() gave up on it: MPI may still write the staging memory, as after a timeout.
+      std::lock_guard<std::mutex> lock(mu);
+      if (!stream_broken.ok()) {
+        *timed_out = true;
+        return failed_precondition(what + ": abandoned: " + stream_broken.message());
+      }
+    }
+    if (now < busy_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, kLongestNap);
+    }
+  }
+}
+
+// ---- the session ----
+
+StatusOr<std::unique_ptr<MpiSession>> MpiSession::init(int* argc, char*** argv) {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized != 0) return failed_precondition("mpi_init: MPI is initialized already");
+  int provided = MPI_THREAD_SINGLE;
+  const int err = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  if (err != MPI_SUCCESS) return failed_precondition("mpi_init: MPI_Init_thread failed (error " + std::to_string(err) + ")");
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    return failed_precondition("mpi_init: MPI provides thread level " + std::to_string(provided) +
+                               ", npurt needs at least MPI_THREAD_SERIALIZED (" +
+                               std::to_string(MPI_THREAD_SERIALIZED) + "): collectives run on stream threads");
+  }
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return std::unique_ptr<MpiSession>(new MpiSession(rank, size, provided));
+}
+
+MpiSession::~MpiSession() {
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  if (mpi_usable()) MPI_Finalize();
+}
+
+// ---- the communicator ----
+
+StatusOr<std::shared_ptr<MpiCommunicator>> MpiCommunicator::create(std::shared_ptr<Runtime> runtime,
+                                                                   CommOptions options) {
+  if (!runtime) return invalid_argument("MpiCommunicator::create: no runtime");
+  NPURT_RETURN_IF_ERROR(runtime->check_open("MpiCommunicator::create"));
+  if (options.timeout.count() <= 0) return invalid_argument("MpiCommunicator::create: the timeout must be positive");
+  auto group = std::make_shared<Group>(options);
+  std::lock_guard<std::mutex> lock(mpi_mutex());
+  if (!mpi_usable()) return failed_precondition("MpiCommunicator::create: MPI is not initialized (comm::mpi_init)");
+  for (MPI_Comm* comm : {&group->stream_comm, &group->host_comm}) {
+    int err = MPI_Comm_dup(MPI_COMM_WORLD, comm);
+    if (err == MPI_SUCCESS) err = MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+    if (err != MPI_SUCCESS) return mpi_error(err, "MpiCommunicator::create: duplicating MPI_COMM_WORLD");
+  }
+  MPI_Comm_rank(group->stream_comm, &group->rank);
+  MPI_Comm_size(group->stream_comm, &group->size);
+  if (const int err = MPI_Op_create(&sum_bf16, /*commute=*/1, &group->bf16_sum); err != MPI_SUCCESS) {
+    return mpi_error(err, "MpiCommunicator::create: the bf16 sum");
+  }
+  return std::shared_ptr<MpiCommunicator>(new MpiCommunicator(std::move(runtime), std::move(group)));
+}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+int MpiCommunicator::rank() const { return group_->rank; }
+int MpiCommunicator::size() const { return group_->size; }
+
+void MpiCommunicator::abort(const Status& why) {
+  group_->break_stream(why.with_context("rank " + std::to_string(group_->rank) + " aborted its collectives"));
+}
+
+CommStats MpiCommunicator::stats() const {
+  std::lock_guard<std::mutex> lock(group_->mu);
+  return group_->stats;
+}
+
+namespace {
+
+// How a collective's bytes travel through its staging memory: which device range
+// (by argument index) is copied in before MPI runs and where, and which is written
+// back afterwards from the start of the staging memory.
+struct Staging {
+  uint64_t bytes = 0;
+  std::optional<size_t> download;  // argument copied to the host
+  uint64_t download_offset = 0;
+  std::optional<size_t> upload;    // argument written from the host
+};
+
+Status enqueue_staged(hal::Device& device, hal::StreamId stream, std::span<const hal::KernelArg> ranges,
+                      const Staging& plan, const std::shared_ptr<uint8_t>& bytes,
+                      const std::function<Status()>& enqueue_mpi, const std::function<void()>& committed) {
+  if (plan.download) {
+    const hal::KernelArg& src = ranges[*plan.download];
+    NPURT_RETURN_IF_ERROR(device.copy_to_host(stream, bytes.get() + plan.download_offset, src.addr, src.bytes));
+  }
+  if (Status s = enqueue_mpi(); !s.ok()) {
+    // The download writes into the staging memory: it must be over before it goes.
+    if (plan.download) device.stream_synchronize(stream).ignore();
+    return s;
+  }
+  committed();
+  if (!plan.upload) return ok_status();
+  const hal::KernelArg& dst = ranges[*plan.upload];
+  NPURT_RETURN_IF_ERROR(device.copy_to_device(stream, dst.addr, bytes.get(), dst.bytes));
+  // The upload reads the staging memory until it ran: hold it until then.
+  Status s = device.enqueue_host_function(stream, [bytes](const Status&) { return ok_status(); });
+  if (!s.ok()) device.stream_synchronize(stream).ignore();
+  return s;
+}
+
+// Issues one stream collective over `args`: checks, then (through the memory
+// context, which orders it and syncs the views) its staging copies and its MPI.
+Status issue_collective(Runtime& runtime, const std::shared_ptr<MpiCommunicator::Group>& group, const char* name,
+                        hal::StreamId stream, std::span<const MemoryContext::CommandArg> args, const Staging& plan,
+                        uint64_t view_bytes, StartCollective start) {
+  std::lock_guard<std::mutex> issue(group->issue_mu);
+  const std::string what = group->next_label(name);
+  NPURT_RETURN_IF_ERROR(runtime.check_open(what));
+  NPURT_RETURN_IF_ERROR(group->stream_usable(what));
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(group->mu);
+    seq = group->issued + 1;
+  }
+  return runtime.memory().enqueue_command(
+      stream, what, args, [&](hal::StreamId s, std::span<const hal::KernelArg> ranges) {
+        hal::Device& device = runtime.device();
+        std::shared_ptr<uint8_t> bytes = group->staging->take(plan.bytes);
+        auto enqueue_mpi = [&] {
+          return device.enqueue_host_function(s, [group, name, seq, bytes, start](const Status& stream_error) {
+            return group->run(name, seq, stream_error, bytes, start);
+          });
+        };
+        return enqueue_staged(device, s, ranges, plan, bytes, enqueue_mpi, [&] { group->commit(view_bytes); });
+      });
+}
+
+}  // namespace
+
+Status MpiCommunicator::all_reduce(hal::StreamId stream, const View& data, isa::DType dtype) {
+  const uint64_t element = reduce_element_bytes(dtype);
+  auto bad = [&](const std::string& why) {
+    std::lock_guard<std::mutex> issue(group_->issue_mu);
+    return invalid_argument(group_->next_label("all_reduce") + ": " + why);
+  };
+  if (element == 0) {
+    return bad("dtype " + std::string(isa::dtype_name(dtype)) + " cannot be summed (f32 or bf16 only)");
+  }
+  if (data.size() % element != 0) {
+    return bad(std::to_string(data.size()) + " bytes are not a whole number of " +
+               std::string(isa::dtype_name(dtype)) + " elements");
+  }
+  const uint64_t count = data.size() / element;
+  if (count > static_cast<uint64_t>(INT_MAX)) return bad(std::to_string(count) + " elements are more than one MPI call takes");
+  const MPI_Datatype type = dtype == isa::DType::kF32 ? MPI_FLOAT : MPI_UINT16_T;
+  const MPI_Op op = dtype == isa::DType::kF32 ? MPI_SUM : group_->bf16_sum;
+  const MemoryContext::CommandArg args[] = {{data, isa::Access::kInOut}};
+  const Staging plan{.bytes = data.size(), .download = 0, .upload = 0};
+  return issue_collective(*runtime_, group_, "all_reduce", stream, args, plan, data.size(),
+                          [count, type, op](MPI_Comm comm, uint8_t* bytes, MPI_Request* request) {
+                            return MPI_Iallreduce(MPI_IN_PLACE, bytes, static_cast<int>(count), type, op, comm,
+                                                  request);
+                          });
+}
+
+Status MpiCommunicator::all_gather(hal::StreamId stream, const View& local, const View& gathered) {
+  const uint64_t n = local.size();
+  auto bad = [&](const std::string& why) {
+    std::lock_guard<std::mutex> issue(group_->issue_mu);
+    return invalid_argument(group_->next_label("all_gather") + ": " + why);
+  };
+  if (gathered.size() != n * static_cast<uint64_t>(size())) {
+    return bad("gathered holds " + std::to_string(gathered.size()) + " bytes, not " + std::to_string(size()) +
+               " x " + std::to_string(n));
+  }
+  if (n > static_cast<uint64_t>(INT_MAX)) return bad(std::to_string(n) + " bytes per rank are more than one MPI call takes");
+  if (local.overlaps(gathered)) return bad("local and gathered overlap");
+  const MemoryContext::CommandArg args[] = {{local, isa::Access::kIn}, {gathered, isa::Access::kOut}};
+  // The local bytes go straight to their place among the gathered ones (MPI_IN_PLACE).
+  const Staging plan{.bytes = gathered.size(),
+                     .download = 0,
+                     .download_offset = n * static_cast<uint64_t>(rank()),
+                     .upload = 1};
+  return issue_collective(*runtime_, group_, "all_gather", stream, args, plan, n + gathered.size(),
+                          [n](MPI_Comm comm, uint8_t* bytes, MPI_Request* request) {
+                            return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes, static_cast<int>(n),
+                                                  MPI_BYTE, comm, request);
+                          });
+}
+
+Status MpiCommunicator::broadcast(hal::StreamId stream, const View& data, int root) {
+  auto bad = [&](const std::string& why) {
+    std::lock_guard<std::mutex> issue(group_->issue_mu);
+    return invalid_argument(group_->next_label("broadcast") + ": " + why);
+  };
+  if (root < 0 || root >= size()) {
+    return bad("root " + std::to_string(root) + " is not a rank of 0.." + std::to_string(size() - 1));
+  }
+  if (data.size() > static_cast<uint64_t>(INT_MAX)) return bad(std::to_string(data.size()) + " bytes are more than one MPI call takes");
+  // The root's bytes do not change; the others' are all overwritten.
+  const bool is_root = root == rank();
+  const MemoryContext::CommandArg args[] = {{data, is_root ? isa::Access::kIn : isa::Access::kOut}};
+  Staging plan;
+  plan.bytes = data.size();
+  if (is_root) {
+    plan.download = 0;
+  } else {
+    plan.upload = 0;
+  }
+  const int count = static_cast<int>(data.size());
+  return issue_collective(*runtime_, group_, "broadcast", stream, args, plan, data.size(),
+                          [count, root](MPI_Comm comm, uint8_t* bytes, MPI_Request* request) {
+                            return MPI_Ibcast(bytes, count, MPI_BYTE, root, comm, request);
+                          });
+}
+
+// No views: straight onto the stream, still numbered and started in order.
+Status MpiCommunicator::barrier(hal::StreamId stream) {
+  std::lock_guard<std::mutex> issue(group_->issue_mu);
+  const std::string what = group_->next_label("barrier");
+  NPURT_RETURN_IF_ERROR(runtime_->check_open(what));
+  NPURT_RETURN_IF_ERROR(group_->stream_usable(what));
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(group_->mu);
+    seq = group_->issued + 1;
+  }
+  std::shared_ptr<uint8_t> none;
+  std::shared_ptr<Group> group = group_;
+  StartCollective start = [](MPI_Comm comm, uint8_t*, MPI_Request* request) { return MPI_Ibarrier(comm, request); };
+  Status s = runtime_->device().enqueue_host_function(stream, [group, seq, none, start](const Status& stream_error) {
+    return group->run("barrier", seq, stream_error, none, start);
+  });
+  if (!s.ok()) return s.with_context(what);
+  group_->commit(0);
+  return ok_status();
+}
+
+namespace {
+
+// One rank's status as agree() exchanges it.
+struct StatusRecord {
+  static constexpr size_t kMessageBytes = 512;
+  int32_t code = 0;
+  uint32_t length = 0;
+  char message[kMessageBytes] = {};
+};
+
+StatusRecord record_of(const Status& s) {
+  StatusRecord r;
+  r.code = static_cast<int32_t>(s.code());
+  r.length = static_cast<uint32_t>(std::min(s.message().size(), StatusRecord::kMessageBytes));
+  std::memcpy(r.message, s.message().data(), r.length);
+  return r;
+}
+
+Status status_of(const StatusRecord& r, int rank) {
+  const bool known = r.code > 0 && r.code <= static_cast<int32_t>(StatusCode::kDeadlineExceeded);
+  const StatusCode code = known ? static_cast<StatusCode>(r.code) : StatusCode::kInternal;
+  const size_t length = std::min<size_t>(r.length, StatusRecord::kMessageBytes);
+  return Status(code, "rank " + std::to_string(rank) + ": " + std::string(r.message, length));
+}
+
+}  // namespace
+
+Status MpiCommunicator::agree(const Status& mine) {
+  std::lock_guard<std::mutex> one_at_a_time(group_->agree_mu);
+  const std::string what = group_->label("agree", ++group_->agreements);
+  if (!group_->host_broken.ok()) {
+    return failed_precondition(what + ": agree() is unusable since " + group_->host_broken.message());
+  }
+  // Shared: when peers do not arrive, MPI may still write it later.
+  auto records = std::make_shared<std::vector<StatusRecord>>(static_cast<size_t>(size()));
+  (*records)[static_cast<size_t>(rank())] = record_of(mine);
+  MPI_Request request = MPI_REQUEST_NULL;
+  {
+    std::lock_guard<std::mutex> lock(mpi_mutex());
+    const int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, records->data(), sizeof(StatusRecord),
+                                   MPI_BYTE, group_->host_comm, &request);
+    if (err != MPI_SUCCESS) return group_->host_broken = mpi_error(err, what);
+  }
+  bool timed_out = false;
+  Status s = group_->poll(&request, Clock::now() + group_->options.timeout, what, &timed_out, /*abandonable=*/false);
+  if (!s.ok()) {
+    if (timed_out) keep_until_exit(records);
+    return group_->host_broken = s;
+  }
+  for (int r = 0; r < size(); ++r) {
+    const StatusRecord& record = (*records)[static_cast<size_t>(r)];
+    if (record.code != 0) return status_of(record, r);
+  }
+  return ok_status();
+}
+
+}  // namespace npurt::comm
