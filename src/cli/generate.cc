@@ -70,7 +70,9 @@ StatusOr<std::unique_ptr<models::Gemma3Model>> load_device_model(const GenerateA
   }
   // The devices share this machine's cores: one host thread each runs its kernels.
   sim.host_threads = 1;
-  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group, comm::DeviceGroup::create_sim(args.devices, sim));
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group,
+                         comm::DeviceGroup::create_sim(args.devices, sim, {},
+                                                       {.timeout = std::chrono::milliseconds(args.collective_timeout_ms)}));
   std::vector<std::shared_ptr<comm::Communicator>> ranks;
   for (int r = 0; r < group->size(); ++r) ranks.push_back(group->communicator(r));
   return models::Gemma3Model::load_parallel(file, ranks, mo, progress);
@@ -99,7 +101,7 @@ Status open_inputs(const GenerateArgs& args, Inputs& in) {
     return not_found("no model file at " + in.path + " (run `make model`, pass --model PATH or set NPURT_MODEL)");
   }
   StatusOr<models::GgufFile> file = models::GgufFile::open(in.path);
-  if (!file.ok()) return file.status().with_context(in.path);
+  if (!file.ok()) return file.status();  // it names the path
   in.file = std::make_unique<models::GgufFile>(std::move(file).value());
   StatusOr<models::Tokenizer> tok = models::Tokenizer::from_gguf(*in.file);
   if (!tok.ok()) return tok.status().with_context(in.path);
@@ -138,7 +140,8 @@ Status start_mpi(const GenerateArgs& args, const Inputs& in, const Status& opene
   }
   if (args.device_memory != 0) sim.global_memory_bytes = args.device_memory << 20;
   NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
-  NPURT_ASSIGN_OR_RETURN(mpi.comm, comm::MpiCommunicator::create(runtime));
+  NPURT_ASSIGN_OR_RETURN(mpi.comm, comm::MpiCommunicator::create(
+                                       runtime, {.timeout = std::chrono::milliseconds(args.collective_timeout_ms)}));
   return mpi.comm->agree(opened);
 }
 
@@ -156,11 +159,21 @@ int run_generate(const GenerateArgs& args) {
   Inputs in;
   Status opened = open_inputs(args, in);
   MpiRank mpi;
+  // A failed rank leaves at once, without MPI_Finalize: that would wait for the peer
+  // that failed (or died). Every rank prints its own error.
+  const auto fail_rank = [&](const std::string& what) {
+    const int rc = fail((mpi.label.empty() ? "" : mpi.label + ": ") + what);
+    if (mpi.session) {
+      std::fflush(nullptr);
+      std::_Exit(rc);
+    }
+    return rc;
+  };
   if (args.tp > 0) {
     Status s = start_mpi(args, in, opened, mpi);
-    if (!s.ok()) return fail((mpi.label.empty() ? "" : mpi.label + ": ") + s.to_string());
+    if (!s.ok()) return fail_rank(s.to_string());
   }
-  if (!opened.ok()) return fail(opened.to_string());
+  if (!opened.ok()) return fail_rank(opened.to_string());
   const std::string& path = in.path;
   const models::Tokenizer* tok = in.tokenizer.get();
   const std::vector<int32_t>* prompt = &in.prompt;
@@ -180,7 +193,7 @@ int run_generate(const GenerateArgs& args) {
                                                         if (speaks) bar.update(done, total);
                                                       })
                  : load_device_model(args, *in.file, mo, bar);
-    if (!loaded.ok()) return fail((mpi.label.empty() ? "" : mpi.label + ": ") + path + ": " + loaded.status().to_string());
+    if (!loaded.ok()) return fail_rank(path + ": " + loaded.status().to_string());
     sim = std::move(loaded).value();
     model = sim.get();
   } else {
@@ -205,7 +218,7 @@ int run_generate(const GenerateArgs& args) {
       &stats);
   if (speaks) std::fputc('\n', stdout);
   std::fflush(stdout);
-  if (!out.ok()) return fail((mpi.label.empty() ? "" : mpi.label + ": ") + out.status().to_string());
+  if (!out.ok()) return fail_rank(out.status().to_string());
   if (!speaks) return 0;
   const int devices = args.tp > 0 ? args.tp : args.devices;
   std::fprintf(stderr,

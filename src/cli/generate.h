@@ -18,6 +18,7 @@ struct GenerateArgs {
   int devices = 1;             // simulated NPUs in this process, the model split over them
   int tp = 0;                  // > 0: one device per MPI rank, tp ranks (run under mpirun)
   uint64_t device_memory = 0;  // MiB of global memory per device; 0: sized for its shard
+  int64_t collective_timeout_ms = 60'000;  // how long a collective waits for its peers
 };
 
 // $NPURT_MODEL when set, else where `make model` installs the file.

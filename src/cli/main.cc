@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
   generate->add_option("--tp", gen.tp, "tensor-parallel over MPI: one device per rank (mpirun -np N npurt "
                                        "generate --tp N); rank 0 prints")
       ->check(CLI::Range(1, 64));
+  generate->add_option("--collective-timeout", gen.collective_timeout_ms,
+                       "ms a collective waits for its peers before it fails the run")
+      ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000))
+      ->capture_default_str();
   generate->add_option("--device-memory", gen.device_memory,
                        "MiB of global memory per device (default: sized for the device's share of the model)")
       ->check(CLI::Range(1, 1 << 20));

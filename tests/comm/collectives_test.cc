@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "npurt/base/math.h"
 #include "npurt/comm/device_group.h"
@@ -252,8 +253,25 @@ std::vector<float> reduce_behind_held_streams(bool skip_ordering, std::vector<fl
       return ok_status();
     }).ok());
   }
+  std::vector<uint64_t> pushed_before(2);
   for (int r = 0; r < 2; ++r) {
+    pushed_before[r] = g->runtime(r).device().counters().peer_transfers;
     EXPECT_TRUE(g->communicator(r)->all_reduce(ranks[r].stream.id(), ranks[r].buffer.view(), DType::kF32).ok());
+  }
+  // Ordered pushes wait behind the held streams; unordered ones run now: wait for them
+  // (bounded), so the outcome does not depend on thread timing.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(skip_ordering ? 20 : 0);
+  for (int r = 0; r < 2; ++r) {
+    while (g->runtime(r).device().counters().peer_transfers == pushed_before[r] &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (!skip_ordering) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(g->runtime(r).device().counters().peer_transfers, pushed_before[r]) << "rank " << r << " pushed early";
+    }
   }
   release.set_value();
   sync_all(*g, ranks);
