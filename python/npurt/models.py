@@ -4,7 +4,8 @@
     text = model.generate("The capital of France is", max_tokens=8, on_text=print)
 
 :class:`Gemma3` loads a Gemma-3 GGUF file onto a simulated NPU of its own (or the f32
-host oracle with ``device="host"``) and decodes greedily; see docs/models.md."""
+host oracle with ``device="host"``, or tensor parallel over ``devices=N`` simulated
+NPUs in this process) and decodes greedily; see docs/models.md."""
 
 from __future__ import annotations
 

@@ -75,6 +75,10 @@ struct DeviceState {
 
 Status closed_error();
 
+// A DeviceState over a runtime made elsewhere (a device group's), closed at
+// interpreter exit like those of npurt.Device().
+std::shared_ptr<DeviceState> adopt_runtime(std::shared_ptr<Runtime> runtime);
+
 // Runs f() (returning Status) with the GIL released and the state's lock held
 // shared; "device is closed" when it is. Raises the resulting error.
 template <typename F>
@@ -133,5 +137,6 @@ void bind_device(nb::module_& m);
 void bind_ops(nb::module_& m);
 void bind_sequence(nb::module_& m);
 void bind_models(nb::module_& m);
+void bind_group(nb::module_& m);
 
 }  // namespace npurt::python

@@ -68,6 +68,13 @@ void close_all_devices() {
 
 }  // namespace
 
+std::shared_ptr<DeviceState> adopt_runtime(std::shared_ptr<Runtime> runtime) {
+  auto st = std::make_shared<DeviceState>();
+  st->runtime = std::move(runtime);
+  remember_device(st);
+  return st;
+}
+
 // ---- dtypes ----------------------------------------------------------------------------
 
 namespace {

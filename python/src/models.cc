@@ -1,5 +1,6 @@
 // npurt.Gemma3: Gemma-3 greedy decoding from a GGUF file, on a simulated NPU of its
-// own (or the f32 host oracle), with generate() streaming text to a callback.
+// own, tensor parallel over a group of them, or on the f32 host oracle, with
+// generate() streaming text to a callback.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
@@ -10,6 +11,7 @@
 #include <optional>
 
 #include "common.h"
+#include "npurt/comm/device_group.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
@@ -31,21 +33,27 @@ std::string default_model_path() {
 class Gemma3 {
  public:
   Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context,
-         uint32_t prefill_chunk) {
+         uint32_t prefill_chunk, int devices) {
     if (device != "sim" && device != "host") {
       raise_status(invalid_argument("unknown device '" + device + "' (expected 'sim' or 'host')"));
+    }
+    if (device == "host" && devices != 1) {
+      raise_status(invalid_argument("the host oracle runs on no NPU: devices must be 1, got " +
+                                    std::to_string(devices)));
     }
     path_ = path.value_or(default_model_path());
     Status s;
     {
       nb::gil_scoped_release release;
-      s = load(device, cores, max_context, prefill_chunk);
+      s = load(device, cores, max_context, prefill_chunk, devices);
     }
     check(s);
   }
 
   const std::string& path() const { return path_; }
   const models::Gemma3Config& config() const { return config_; }
+  // NPUs the model is cut over (1 on the host oracle).
+  int devices() const { return sim_ ? sim_->devices() : 1; }
 
   std::vector<int32_t> encode(const std::string& text) const { return take(tokenizer_->encode(text)); }
   std::string decode(const std::vector<int32_t>& ids) const { return tokenizer_->decode(ids); }
@@ -112,7 +120,8 @@ class Gemma3 {
   }
 
  private:
-  Status load(const std::string& device, uint32_t cores, uint32_t max_context, uint32_t prefill_chunk) {
+  Status load(const std::string& device, uint32_t cores, uint32_t max_context, uint32_t prefill_chunk,
+              int devices) {
     NPURT_ASSIGN_OR_RETURN(models::GgufFile file, models::GgufFile::open(path_));
     file_ = std::make_unique<models::GgufFile>(std::move(file));
     NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*file_));
@@ -128,9 +137,26 @@ class Gemma3 {
     models::Gemma3Options mo;
     mo.max_context = max_context;
     mo.prefill_chunk = prefill_chunk;
-    NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_sim(*file_, cores, mo));
+    if (devices == 1) {
+      NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_sim(*file_, cores, mo));
+    } else {
+      NPURT_ASSIGN_OR_RETURN(sim_, load_parallel(cores, mo, devices));
+    }
     model_ = sim_.get();
     return Status();
+  }
+
+  // The model cut over a group of `devices` simulated NPUs (as `npurt generate
+  // --devices N` does), each sized for its shard. The model's ranks keep the group
+  // alive. Counts the model cannot split (or below 1) fail here, by name.
+  StatusOr<std::unique_ptr<models::Gemma3Model>> load_parallel(uint32_t cores, const models::Gemma3Options& mo,
+                                                               int devices) {
+    NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, models::gemma3_sim_options(*file_, cores, mo, devices));
+    sim.host_threads = 1;  // the devices share this machine's cores
+    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group, comm::DeviceGroup::create_sim(devices, sim));
+    std::vector<std::shared_ptr<comm::Communicator>> ranks;
+    for (int r = 0; r < group->size(); ++r) ranks.push_back(group->communicator(r));
+    return models::Gemma3Model::load_parallel(*file_, std::move(ranks), mo);
   }
 
   std::string path_;
@@ -151,14 +177,17 @@ void bind_models(nb::module_& m) {
   nb::class_<Gemma3>(m, "Gemma3",
                      "Gemma-3 greedy decoding from a GGUF file (default: $NPURT_MODEL, else the file "
                      "`make model` installs), on a simulated NPU of its own ('sim') or the f32 host "
-                     "oracle ('host').")
-      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t>(),
+                     "oracle ('host'). With devices=N > 1 the model is cut tensor parallel over N "
+                     "simulated NPUs of `cores` cores each, in this process.")
+      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t, int>(),
            nb::arg("path") = nb::none(), nb::kw_only(), nb::arg("device") = "sim", nb::arg("cores") = 8,
-           nb::arg("max_context") = 4096, nb::arg("prefill_chunk") = models::Gemma3Options::kDefaultPrefillChunk)
+           nb::arg("max_context") = 4096, nb::arg("prefill_chunk") = models::Gemma3Options::kDefaultPrefillChunk,
+           nb::arg("devices") = 1)
       .def_prop_rw("prefill_chunk", &Gemma3::prefill_chunk, &Gemma3::set_prefill_chunk,
                    "prompt tokens per batched prefill call (0: token by token); at most the chunk the "
                    "model was loaded with")
       .def_prop_ro("path", &Gemma3::path)
+      .def_prop_ro("devices", &Gemma3::devices, "simulated NPUs the model is cut over (1 on the host oracle)")
       .def_prop_ro(
           "config",
           [](const Gemma3& g) {

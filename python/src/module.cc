@@ -1,5 +1,6 @@
 // The npurt._npurt extension module: errors, device, buffers and views, operators,
-// operator sequences and the worker. The package npurt re-exports it.
+// operator sequences, the worker, models and device groups. The package npurt
+// re-exports it.
 #include "common.h"
 #include "npurt/version.h"
 
@@ -12,4 +13,5 @@ NB_MODULE(_npurt, m) {
   py::bind_ops(m);
   py::bind_sequence(m);
   py::bind_models(m);
+  py::bind_group(m);
 }
