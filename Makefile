@@ -13,7 +13,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 # reports still name file and line.
 ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 
-.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-python test-install fuzz bench bench-ops bench-comm clean model
+.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-python test-install fuzz bench bench-ops bench-comm bench-parallel clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -78,6 +78,14 @@ MPIRUN = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --over
 COMM_MCA ?=
 bench-comm: build
 	$(MPIRUN) $(COMM_MCA) -np 2 ./$(BUILD)/bench/npurt_comm_bench
+
+# Several devices: the in-process collectives next to memcpy, tensor-parallel decode at
+# 1, 2 and 4 devices in one process, then over MPI at 2 and 4 ranks (per-device weight
+# bytes, collective time per token, a model of the speed-up on devices of their own).
+bench-parallel: build model
+	./$(BUILD)/bench/npurt_parallel_bench --model $(MODEL)
+	$(MPIRUN) -np 2 ./$(BUILD)/bench/npurt_parallel_bench --mpi --model $(MODEL)
+	$(MPIRUN) -np 4 ./$(BUILD)/bench/npurt_parallel_bench --mpi --model $(MODEL)
 
 # Gemma-3 decode tokens/s against the bandwidth floor measured in the same run.
 bench-model: build model

@@ -21,9 +21,11 @@ add_library(npurt::npurt ALIAS npurt_umbrella)
 
 set(NPURT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/npurt)
 
+# comm/mpi.h goes with npurt_mpi, which is not installed (programs that do not use MPI
+# should neither link nor need it).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/npurt ${NPURT_GENERATED_INCLUDE_DIR}/npurt
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT Development
-        FILES_MATCHING PATTERN "*.h")
+        FILES_MATCHING PATTERN "*.h" PATTERN "mpi.h" EXCLUDE)
 install(TARGETS ${NPURT_LAYER_LIBRARIES} npurt_umbrella EXPORT npurt-targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Development
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -533,12 +533,18 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load_parallel(
   if (loaded.ok()) {
     model->config_ = *Gemma3Config::from_gguf(file);
     model->max_context_ = context_of(model->config_, options);
+    // One bar over every device this process loads (shards are about equal).
+    const uint64_t parts = ranks.size();
     for (const auto& c : ranks) {
       Part part;
       part.comm = c;
       part.runtime = c->runtime().shared_from_this();
+      const uint64_t index = model->parts_.size();
+      const Progress each = !progress ? Progress() : [&](uint64_t done, uint64_t total) {
+        progress(index * total + done, parts * total);
+      };
       if (c->size() != size) loaded = invalid_argument("gemma3: ranks of groups of different sizes");
-      if (loaded.ok()) loaded = load_part(file, model->config_, options, part, c->rank(), size, progress);
+      if (loaded.ok()) loaded = load_part(file, model->config_, options, part, c->rank(), size, each);
       if (!loaded.ok()) break;
       model->parts_.push_back(std::move(part));
     }
