@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "npurt/comm/mpi.h"
+#include "comm/mpi_gtest.h"
 #include "npurt/isa/numeric.h"
 
 namespace npurt::comm {
@@ -411,21 +412,13 @@ TEST(MpiDeadRank, PeersTimeOutWithAClearError) {
 }  // namespace
 }  // namespace npurt::comm
 
-// Every rank runs the same tests; each returns nonzero when any rank failed, so
-// mpirun's exit status does not depend on which rank it reports.
 int main(int argc, char** argv) {
-  auto session = npurt::comm::mpi_init(argc, argv);
-  if (!session.ok()) {
-    std::fprintf(stderr, "%s\n", session.status().to_string().c_str());
-    return 1;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  // MpiDeadRank kills a rank: only when asked for.
-  if (::testing::GTEST_FLAG(filter) == "*") ::testing::GTEST_FLAG(filter) = "MpiCollectives.*";
-  npurt::comm::open_rank();
-  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  npurt::comm::close_rank();
-  return any_failed;
+  return npurt::testing::run_tests_on_every_rank(
+      argc, argv,
+      [] {
+        // MpiDeadRank kills a rank: only when asked for.
+        if (::testing::GTEST_FLAG(filter) == "*") ::testing::GTEST_FLAG(filter) = "MpiCollectives.*";
+        npurt::comm::open_rank();
+      },
+      [] { npurt::comm::close_rank(); });
 }

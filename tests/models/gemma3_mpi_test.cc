@@ -8,6 +8,8 @@
 #include <random>
 
 #include "models/real_model.h"
+#include "comm/mpi_gtest.h"
+#include "models/parallel_rig.h"
 #include "models/synthetic_gemma3.h"
 #include "npurt/base/math.h"
 #include "npurt/comm/mpi.h"
@@ -17,52 +19,6 @@ namespace npurt::models {
 namespace {
 
 using isa::DType;
-
-// As in gemma3_parallel_test.cc: four query heads over one KV head, column-cut
-// projections in 32-element blocks.
-SyntheticGemma3 parallel_model() {
-  SyntheticGemma3 m;
-  m.hidden = 256;
-  m.ffn = 1024;
-  m.heads = 4;
-  m.kv_heads = 1;
-  m.head_dim = 64;
-  m.vocab = 400;
-  m.sliding_window = 8;
-  m.global_period = 2;
-  m.context = 128;
-  auto t = [](int l, const char* what) { return gemma3_block_tensor(l, what); };
-  m.dtype = {{"token_embd.weight", DType::kQ8_0}, {"output.weight", DType::kQ6_K},
-             {t(0, "attn_q"), DType::kQ4_K},     {t(0, "attn_output"), DType::kQ8_0},
-             {t(0, "ffn_down"), DType::kQ6_K},   {t(1, "attn_output"), DType::kQ5_0},
-             {t(1, "ffn_gate"), DType::kQ4_0},   {t(1, "ffn_down"), DType::kQ4_K}};
-  return m;
-}
-
-struct Run {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-  std::string error;
-};
-
-Run greedy(Gemma3Model& m, const std::vector<int32_t>& prompt, int n) {
-  Run r;
-  auto fail = [&](const Status& s) {
-    r.error = s.to_string();
-    return r;
-  };
-  if (Status s = m.reset(); !s.ok()) return fail(s);
-  StatusOr<int32_t> next = m.prefill(prompt);
-  for (int i = 0; i < n; ++i) {
-    if (!next.ok()) return fail(next.status());
-    auto logits = m.logits();  // a collective over the ranks
-    if (!logits.ok()) return fail(logits.status());
-    r.tokens.push_back(*next);
-    r.logits.push_back(std::move(logits).value());
-    if (i + 1 < n) next = m.step(*next);
-  }
-  return r;
-}
 
 int world_rank() {
   int r = 0;
@@ -86,18 +42,8 @@ std::unique_ptr<Gemma3Model> load_over_mpi(const GgufFile& file, const Gemma3Opt
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-void expect_same(const Run& one, const Run& many, const std::string& what) {
-  ASSERT_TRUE(one.error.empty()) << one.error;
-  ASSERT_TRUE(many.error.empty()) << many.error;
-  EXPECT_EQ(many.tokens, one.tokens) << what;
-  double worst = 0;
-  for (size_t i = 0; i < one.logits.size() && i < many.logits.size(); ++i) {
-    worst = std::max(worst, rel_l2(many.logits[i], one.logits[i]));
-  }
-  EXPECT_LE(worst, 1e-5) << what;
-  if (world_rank() == 0) {
-    std::printf("  over MPI, %s: %zu tokens equal, worst logits rel-L2 %.2e\n", what.c_str(), one.tokens.size(), worst);
-  }
+void expect_same(const GreedyRun& one, const GreedyRun& many, const std::string& what) {
+  expect_same_run(one, many, "over MPI, " + what, world_rank() == 0);
 }
 
 TEST(Gemma3OverMpi, SyntheticMatchesOneDeviceFor32Tokens) {
@@ -141,16 +87,4 @@ TEST(Gemma3OverMpi, RealFileMatchesOneDeviceFor32Tokens) {
 }  // namespace
 }  // namespace npurt::models
 
-// Every rank runs the same tests and returns nonzero when any rank failed.
-int main(int argc, char** argv) {
-  auto session = npurt::comm::mpi_init(argc, argv);
-  if (!session.ok()) {
-    std::fprintf(stderr, "%s\n", session.status().to_string().c_str());
-    return 1;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return any_failed;
-}
+int main(int argc, char** argv) { return npurt::testing::run_tests_on_every_rank(argc, argv); }

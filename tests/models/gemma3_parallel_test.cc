@@ -11,6 +11,7 @@
 
 #include "models/gemma3_shard.h"
 #include "models/real_model.h"
+#include "models/parallel_rig.h"
 #include "models/synthetic_gemma3.h"
 #include "npurt/base/math.h"
 #include "npurt/comm/device_group.h"
@@ -20,31 +21,6 @@ namespace npurt::models {
 namespace {
 
 using isa::DType;
-
-// Four query heads over one KV head (replicated on 2 and 4 devices); the projections
-// that are cut by columns use 32-element blocks, the others K-quant blocks.
-SyntheticGemma3 parallel_model() {
-  SyntheticGemma3 m;
-  m.layers = 2;
-  m.hidden = 256;
-  m.ffn = 1024;
-  m.heads = 4;
-  m.kv_heads = 1;
-  m.head_dim = 64;
-  m.vocab = 400;
-  m.sliding_window = 8;
-  m.global_period = 2;
-  m.context = 128;
-  auto t = [](int l, const char* what) { return gemma3_block_tensor(l, what); };
-  m.dtype = {{"token_embd.weight", DType::kQ8_0}, {"output.weight", DType::kQ6_K},
-             {t(0, "attn_q"), DType::kQ4_K},     {t(0, "attn_k"), DType::kQ5_0},   {t(0, "attn_v"), DType::kF16},
-             {t(0, "attn_output"), DType::kQ8_0}, {t(0, "ffn_gate"), DType::kQ5_K}, {t(0, "ffn_up"), DType::kBF16},
-             {t(0, "ffn_down"), DType::kQ6_K},
-             {t(1, "attn_q"), DType::kF32},      {t(1, "attn_k"), DType::kQ8_0},   {t(1, "attn_v"), DType::kQ4_0},
-             {t(1, "attn_output"), DType::kQ5_0}, {t(1, "ffn_gate"), DType::kQ4_0}, {t(1, "ffn_up"), DType::kQ4_K},
-             {t(1, "ffn_down"), DType::kQ4_K}};
-  return m;
-}
 
 struct Parsed {
   std::vector<uint8_t> bytes;
@@ -58,33 +34,6 @@ Parsed parse(std::vector<uint8_t> bytes) {
 
 const hal::SimOptions kSim{.num_cores = 2, .global_memory_bytes = 128ull << 20, .host_threads = 1};
 
-// Greedy tokens and every step's logits.
-struct Run {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-  std::string error;
-};
-
-// The prompt by prefill (batched unless chunk 0), then `n` greedy steps.
-Run greedy(Gemma3Model& m, const std::vector<int32_t>& prompt, int n) {
-  Run r;
-  auto fail = [&](const Status& s) {
-    r.error = s.to_string();
-    return r;
-  };
-  if (Status s = m.reset(); !s.ok()) return fail(s);
-  StatusOr<int32_t> next = m.prefill(prompt);
-  for (int i = 0; i < n; ++i) {
-    if (!next.ok()) return fail(next.status());
-    auto logits = m.logits();
-    if (!logits.ok()) return fail(logits.status());
-    r.tokens.push_back(*next);
-    r.logits.push_back(std::move(logits).value());
-    if (i + 1 < n) next = m.step(*next);
-  }
-  return r;
-}
-
 std::unique_ptr<Gemma3Model> load_parallel(const GgufFile& file, const std::shared_ptr<comm::DeviceGroup>& group,
                                            Gemma3Options o = {}) {
   std::vector<std::shared_ptr<comm::Communicator>> ranks;
@@ -92,18 +41,6 @@ std::unique_ptr<Gemma3Model> load_parallel(const GgufFile& file, const std::shar
   auto m = Gemma3Model::load_parallel(file, ranks, o);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   return m.ok() ? std::move(m).value() : nullptr;
-}
-
-void expect_same_run(const Run& one, const Run& many, const std::string& what) {
-  ASSERT_TRUE(one.error.empty()) << one.error;
-  ASSERT_TRUE(many.error.empty()) << many.error;
-  EXPECT_EQ(many.tokens, one.tokens) << what;
-  double worst = 0;
-  for (size_t i = 0; i < one.logits.size() && i < many.logits.size(); ++i) {
-    worst = std::max(worst, rel_l2(many.logits[i], one.logits[i]));
-  }
-  EXPECT_LE(worst, 1e-5) << what;
-  std::printf("  %s: %zu tokens equal, worst logits rel-L2 %.2e\n", what.c_str(), one.tokens.size(), worst);
 }
 
 std::vector<std::vector<int32_t>> three_prompts(int32_t vocab) {
