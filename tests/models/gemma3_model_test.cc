@@ -83,16 +83,6 @@ struct Rig {
   std::unique_ptr<Gemma3Model> model;
 };
 
-struct Parsed {
-  std::vector<uint8_t> bytes;
-  GgufFile file;
-};
-
-Parsed parse(std::vector<uint8_t> bytes) {
-  GgufFile f = std::move(GgufFile::parse(bytes)).value();
-  return {std::move(bytes), std::move(f)};
-}
-
 // Device and oracle fed the same tokens: the prompt, then the device's greedy tokens.
 struct Lockstep {
   std::vector<int32_t> device, host;  // greedy tokens after each step past the prompt

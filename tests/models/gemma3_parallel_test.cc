@@ -22,16 +22,6 @@ namespace {
 
 using isa::DType;
 
-struct Parsed {
-  std::vector<uint8_t> bytes;
-  GgufFile file;
-};
-
-Parsed parse(std::vector<uint8_t> bytes) {
-  GgufFile f = std::move(GgufFile::parse(bytes)).value();
-  return {std::move(bytes), std::move(f)};
-}
-
 const hal::SimOptions kSim{.num_cores = 2, .global_memory_bytes = 128ull << 20, .host_threads = 1};
 
 std::unique_ptr<Gemma3Model> load_parallel(const GgufFile& file, const std::shared_ptr<comm::DeviceGroup>& group,

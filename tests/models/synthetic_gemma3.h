@@ -13,6 +13,7 @@
 #include "npurt/isa/isa.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/models/gemma3_config.h"
+#include "npurt/models/gguf.h"
 #include "ops/random_inputs.h"
 
 namespace npurt::models {
@@ -106,6 +107,17 @@ inline std::vector<uint8_t> synthetic_gemma3(const SyntheticGemma3& m = {}) {
     add(b("post_ffw_norm"), {m.hidden}, true);
   }
   return w.bytes();
+}
+
+// A synthetic file's bytes and the GgufFile parsed from them (which points into them).
+struct Parsed {
+  std::vector<uint8_t> bytes;
+  GgufFile file;
+};
+
+inline Parsed parse(std::vector<uint8_t> bytes) {
+  GgufFile f = std::move(GgufFile::parse(bytes)).value();
+  return {std::move(bytes), std::move(f)};
 }
 
 }  // namespace npurt::models
