@@ -174,18 +174,20 @@ void bench_decode_in_process(const models::GgufFile& file, const std::string& pa
   }
 }
 
-// Over MPI: one device per rank, all ranks of the job; rank 0 prints the single-device
-// baseline (run by rank 0 alone first) and the group's figures.
+// Over MPI: one device per rank, all ranks of the job. Then rank 0 alone runs the
+// single-device baseline while the others wait in agree(), which naps between polls
+// (a rank busy in MPI would take a core from the baseline).
 int bench_decode_mpi(int argc, char** argv, const models::GgufFile& file, const std::string& path,
                      const std::vector<int32_t>& prompt, uint32_t cores, int tokens, int reps) {
   auto session = must(comm::mpi_init(argc, argv));
   const int n = session->world_size(), me = session->world_rank();
   const models::Gemma3Options mo = decode_options(prompt, tokens);
-  DecodeFigures one;
-  if (me == 0) one = bench_decode(file, mo, prompt, {}, cores, tokens, reps);
   auto runtime = must(Runtime::create_sim(must(models::gemma3_sim_options(file, cores, mo, n))));
   std::shared_ptr<comm::Communicator> c = must(comm::MpiCommunicator::create(runtime));
   const DecodeFigures f = bench_decode(file, mo, prompt, {c}, cores, tokens, reps);
+  DecodeFigures one;
+  if (me == 0) one = bench_decode(file, mo, prompt, {}, cores, tokens, reps);
+  must(c->agree(Status()));
   if (me == 0) {
     print_decode_header("over MPI, one device per rank", path, cores, tokens, reps);
     print_decode_row(1, one, one);
