@@ -155,6 +155,9 @@ int run_generate(const GenerateArgs& args) {
   if (args.tp > 0 && (args.devices != 1 || args.device != "sim")) {
     return fail("--tp runs one simulated NPU per MPI rank: it takes neither --devices nor --device host");
   }
+  if (args.devices != 1 && args.device != "sim") {
+    return fail("--devices splits the model over simulated NPUs: not with --device host");
+  }
   const auto t_open = std::chrono::steady_clock::now();
   Inputs in;
   Status opened = open_inputs(args, in);

@@ -39,8 +39,9 @@ enum class StatusCode : uint8_t {
   kHazard,
   kUnimplemented,
   kInternal,
-  kDeadlineExceeded,  // a wait ran past its timeout (a peer that never came)
-  // The last code: keep it so (codes cross process boundaries as numbers).
+  // A wait ran past its timeout (a peer that never came). Codes cross process
+  // boundaries as numbers (Communicator::agree): new codes go after the last one.
+  kDeadlineExceeded,
 };
 
 std::string_view status_code_name(StatusCode code);
