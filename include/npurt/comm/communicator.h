@@ -11,7 +11,10 @@
 // device's streams after the work already there and completes asynchronously: the
 // calling thread never waits for peers (the in-process backend meets them on the
 // streams' own threads, the MPI backend runs MPI there). Every rank must issue the
-// same collectives in the same order with the same sizes, each on one stream.
+// same collectives in the same order with the same sizes. In-process, a rank's
+// collectives must also run in that order on its device: issue them on one stream,
+// or order their streams (their exchange rounds share the landing zones); the MPI
+// backend starts them in issue order whatever their streams.
 //
 // Views are of the rank's runtime's memory context, which orders a collective with
 // the work around it exactly as it orders a launch (MemoryContext::enqueue_command):
