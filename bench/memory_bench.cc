@@ -131,6 +131,8 @@ class NullDevice final : public hal::Device {
     ++counters_.launches;
     return ok_status();
   }
+  Status abort_stream(hal::StreamId) override { return ok_status(); }
+  Status reset() override { return ok_status(); }
   hal::Counters counters() const override { return counters_; }
 
  private:

@@ -17,6 +17,7 @@ std::string_view status_code_name(StatusCode code) {
     case StatusCode::kHazard: return "HAZARD";
     case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
     case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case StatusCode::kAborted: return "ABORTED";
     case StatusCode::kInternal: return "INTERNAL";
   }
   return "UNKNOWN";
@@ -55,6 +56,7 @@ Status device_fault(std::string m) { return Status(StatusCode::kDeviceFault, std
 Status hazard_error(std::string m) { return Status(StatusCode::kHazard, std::move(m)); }
 Status unimplemented(std::string m) { return Status(StatusCode::kUnimplemented, std::move(m)); }
 Status deadline_exceeded(std::string m) { return Status(StatusCode::kDeadlineExceeded, std::move(m)); }
+Status aborted(std::string m) { return Status(StatusCode::kAborted, std::move(m)); }
 Status internal_error(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 
 void abort_without_value(const Status& status) {

@@ -529,7 +529,7 @@ StatusRecord record_of(const Status& s) {
 }
 
 Status status_of(const StatusRecord& r, int rank) {
-  const bool known = r.code > 0 && r.code <= static_cast<int32_t>(StatusCode::kDeadlineExceeded);
+  const bool known = r.code > 0 && r.code <= static_cast<int32_t>(StatusCode::kAborted);
   const StatusCode code = known ? static_cast<StatusCode>(r.code) : StatusCode::kInternal;
   const size_t length = std::min<size_t>(r.length, StatusRecord::kMessageBytes);
   return Status(code, "rank " + std::to_string(rank) + ": " + std::string(r.message, length));

@@ -10,7 +10,8 @@ namespace npurt::hal {
   X(peer_bytes) X(peer_transfers) X(host_functions) \
   X(launches) X(blocks) X(streams_created) X(streams_destroyed) X(code_uploads)             \
   X(code_upload_bytes) X(icache_hits) X(icache_misses) X(icache_invalidations)              \
-  X(kernel_faults) X(hazard_stale_fetch) X(hazard_uninit_read)
+  X(kernel_faults) X(hazard_stale_fetch) X(hazard_uninit_read) X(streams_aborted) X(resets)     \
+  X(faults_injected)
 
 Counters Counters::operator-(const Counters& o) const {
   Counters r;

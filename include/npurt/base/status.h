@@ -42,6 +42,8 @@ enum class StatusCode : uint8_t {
   // A wait ran past its timeout (a peer that never came). Codes cross process
   // boundaries as numbers (Communicator::agree): new codes go after the last one.
   kDeadlineExceeded,
+  // Work stopped before it finished: a stream aborted, a device reset.
+  kAborted,
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -85,6 +87,7 @@ Status hazard_error(std::string message);
 Status unimplemented(std::string message);
 Status internal_error(std::string message);
 Status deadline_exceeded(std::string message);
+Status aborted(std::string message);
 
 // Aborts with "StatusOr has no value: <status>": StatusOr's check, out of line.
 [[noreturn]] void abort_without_value(const Status& status);

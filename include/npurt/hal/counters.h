@@ -21,6 +21,9 @@ struct Counters {
   uint64_t kernel_faults = 0;
   uint64_t hazard_stale_fetch = 0;
   uint64_t hazard_uninit_read = 0;
+  uint64_t streams_aborted = 0;  // abort_stream, and every stream of each reset
+  uint64_t resets = 0;
+  uint64_t faults_injected = 0;  // simulated NPU's fault injection (sim_device.h)
 
   Counters operator-(const Counters& o) const;
   // One "name value" pair per line.

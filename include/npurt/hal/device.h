@@ -146,6 +146,19 @@ class Device {
   // Enqueue a kernel launch.
   virtual Status launch(StreamId stream, const LaunchParams& params) = 0;
 
+  // ---- faults ----
+  // Stops the stream's work: the command executing ends early (a kernel within a few
+  // instructions, an event wait at once; a host function already running is waited
+  // for) and fails with kAborted, as does every command queued after it; returns once
+  // the stream is idle. The stream is then in error, as after a kernel fault, and its
+  // owner destroys and replaces it. This is how work that would never finish (a hung
+  // kernel) is abandoned. Aborting an idle stream puts it in error too.
+  virtual Status abort_stream(StreamId stream) = 0;
+  // Device reset: abort_stream on every stream. Memory blocks, streams (in error),
+  // events and the code in memory survive; the bytes aborted work was writing are
+  // undefined.
+  virtual Status reset() = 0;
+
   // ---- observation ----
   virtual Counters counters() const = 0;
 };

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -266,6 +268,7 @@ struct Core::Exec {
   bool exec_loop(uint32_t* next_pc);
 
   BlockResult run();
+  BlockResult inject();  // the injected fault of this block (LaunchContext::inject_*)
 };
 
 bool Core::Exec::exec_scalar() {
@@ -769,7 +772,10 @@ BlockResult Core::Exec::run() {
   uint64_t line_addr = 0;
   pc = b.pc;
   uint32_t since_abort_check = 0;
+  const bool injects = b.block_id == L.inject_block;
   while (pc < L.num_insns) {
+    if (injects && b.executed == L.inject_instruction) return inject();
+    ++b.executed;
     if (++since_abort_check == 64) {
       since_abort_check = 0;
       if (L.abort->load(std::memory_order_relaxed)) {
@@ -804,7 +810,9 @@ BlockResult Core::Exec::run() {
     bool ok = true;
     switch (static_cast<Opcode>(in->op)) {
       case Opcode::kNop: break;
-      case Opcode::kExit: b.pc = L.num_insns; return BlockResult::kExited;
+      case Opcode::kExit:
+        b.pc = L.num_insns;
+        return injects ? inject() : BlockResult::kExited;
       case Opcode::kBarrier: b.pc = next; return BlockResult::kAtBarrier;
       case Opcode::kLoop:
       case Opcode::kEndLoop: ok = exec_loop(&next); break;
@@ -825,7 +833,20 @@ BlockResult Core::Exec::run() {
     pc = next;
   }
   b.pc = pc;
-  return BlockResult::kExited;
+  return injects ? inject() : BlockResult::kExited;
+}
+
+BlockResult Core::Exec::inject() {
+  const std::string id = " (injected fault #" + std::to_string(L.inject_id) + ")";
+  if (!L.inject_hang) {
+    fail("device fault after " + std::to_string(b.executed) + " instructions" + id);
+    return BlockResult::kFaulted;
+  }
+  // A hung kernel: nothing but an abort of its stream ends it.
+  while (!L.abort->load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  fail("hung after " + std::to_string(b.executed) + " instructions until its stream was aborted" + id,
+       StatusCode::kAborted);
+  return BlockResult::kFaulted;
 }
 
 BlockResult Core::run(BlockState& block, const LaunchContext& launch, Status* fault, CoreStats& stats) {

@@ -60,7 +60,13 @@ struct LaunchContext {
   ArgBinding args[isa::kMaxArgs];
   ArgBinding constants;
   bool sanitize = false;
-  std::atomic<bool>* abort = nullptr;  // set when any block faulted
+  std::atomic<bool>* abort = nullptr;  // set when any block faulted, or the stream is aborted
+  // An injected fault (sim_device.h): block `inject_block` faults, or hangs until
+  // `abort` is set, once it has executed `inject_instruction` instructions.
+  uint32_t inject_block = UINT32_MAX;
+  uint64_t inject_instruction = 0;
+  bool inject_hang = false;
+  uint64_t inject_id = 0;
 };
 
 class ICache {
@@ -109,6 +115,7 @@ struct BlockState {
   int64_t r[isa::kNumScalarRegs] = {};
   TileDesc t[isa::kNumTileRegs];
   LoopFrame loops[isa::kMaxLoopDepth];
+  uint64_t executed = 0;  // instructions so far (injected faults count them)
 };
 
 enum class BlockResult { kExited, kAtBarrier, kFaulted };

@@ -6,12 +6,14 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
 #include "hal/sim/allocator.h"
 #include "hal/sim/core.h"
+#include "hal/sim/fault_injector.h"
 #include "hal/sim/host_pool.h"
 #include "npurt/base/math.h"
 #include "npurt/base/trace.h"
@@ -76,6 +78,10 @@ struct SimStream {
   bool stopping = false;               // guarded by mu
   std::atomic<bool> stop_requested{false};  // lets the idle spin notice a destroy
   bool fresh = true;                   // only the stream thread touches it
+  // abort_stream: set once, never cleared (the stream is in error from then on).
+  std::atomic<bool> abort_requested{false};
+  std::atomic<bool>* running_launch_abort = nullptr;  // guarded by mu: the executing launch's flag
+  std::shared_ptr<SimEvent> waiting_on;                // guarded by mu: the event a wait blocks on
   std::thread thread;
 };
 
@@ -111,6 +117,9 @@ class SimDevice final : public Device {
 
   // ---- memory ----
   StatusOr<DeviceAddr> allocate(uint64_t bytes, uint64_t alignment) override {
+    if (auto f = faults_.draw(FaultSite::kAllocate)) {
+      return inject(*f, StatusCode::kResourceExhausted, "allocate " + std::to_string(bytes) + " bytes");
+    }
     std::lock_guard<std::mutex> lock(mem_mu_);
     return alloc_.allocate(bytes, alignment);
   }
@@ -126,6 +135,7 @@ class SimDevice final : public Device {
 
   // ---- streams ----
   StatusOr<StreamId> create_stream() override {
+    if (auto f = faults_.draw(FaultSite::kCreateStream)) return inject(*f, StatusCode::kDeviceFault, "create_stream");
     auto s = std::make_shared<SimStream>();
     {
       std::lock_guard<std::mutex> lock(obj_mu_);
@@ -144,6 +154,9 @@ class SimDevice final : public Device {
       std::lock_guard<std::mutex> lock(obj_mu_);
       auto it = streams_.find(id);
       if (it == streams_.end()) return not_found("stream " + std::to_string(id) + " does not exist");
+      if (auto f = faults_.draw(FaultSite::kDestroyStream)) {
+        return inject(*f, StatusCode::kDeviceFault, "destroy_stream " + std::to_string(id));
+      }
       s = it->second;
       streams_.erase(it);
     }
@@ -183,6 +196,9 @@ class SimDevice final : public Device {
 
   Status record_event(StreamId stream, EventId event) override {
     NPURT_ASSIGN_OR_RETURN(auto e, find_event(event));
+    if (auto f = faults_.draw(FaultSite::kRecordEvent)) {
+      return inject(*f, StatusCode::kDeviceFault, "record_event on stream " + std::to_string(stream));
+    }
     Command c;
     c.kind = Command::Kind::kRecord;
     {
@@ -328,6 +344,35 @@ class SimDevice final : public Device {
     return counters_;
   }
 
+  // ---- faults ----
+  Status abort_stream(StreamId id) override {
+    NPURT_ASSIGN_OR_RETURN(auto s, find_stream(id));
+    request_abort(*s, "stream " + std::to_string(id) + " aborted");
+    wait_until_reached(s->completed, read_under(s->mu, s->enqueued), s->mu, s->done_cv);
+    bump([](Counters& c) { ++c.streams_aborted; });
+    if (trace::enabled()) trace::instant(stream_lane(id), "abort stream", "stream");
+    return ok_status();
+  }
+
+  Status reset() override {
+    std::vector<std::shared_ptr<SimStream>> streams;
+    {
+      std::lock_guard<std::mutex> lock(obj_mu_);
+      for (auto& [id, s] : streams_) streams.push_back(s);
+    }
+    // Every stream is told before any is waited for: one may wait on another's event.
+    for (auto& s : streams) request_abort(*s, "device reset");
+    for (auto& s : streams) wait_until_reached(s->completed, read_under(s->mu, s->enqueued), s->mu, s->done_cv);
+    bump([&](Counters& c) {
+      ++c.resets;
+      c.streams_aborted += streams.size();
+    });
+    if (trace::enabled()) trace::instant("device", "reset", "device");
+    return ok_status();
+  }
+
+  sim::FaultInjector& faults() { return faults_; }
+
  private:
   static uint32_t pool_workers(const SimOptions& o) {
     uint32_t threads = o.host_threads ? o.host_threads : std::max(1u, std::thread::hardware_concurrency());
@@ -353,6 +398,29 @@ class SimDevice final : public Device {
     auto it = events_.find(id);
     if (it == events_.end()) return not_found("event " + std::to_string(id) + " does not exist");
     return it->second;
+  }
+
+  // An injected fault's error, counted.
+  Status inject(const sim::FaultInjector::Fault& f, StatusCode code, const std::string& what) {
+    bump([](Counters& c) { ++c.faults_injected; });
+    return faults_.error(f, code, what);
+  }
+
+  // Fails the stream's executing and queued commands (see abort_stream); returns at once.
+  static void request_abort(SimStream& s, const std::string& why) {
+    std::shared_ptr<SimEvent> waiting;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.error.ok()) s.error = aborted(why);
+      s.abort_requested.store(true, std::memory_order_release);
+      if (s.running_launch_abort != nullptr) s.running_launch_abort->store(true, std::memory_order_release);
+      waiting = s.waiting_on;
+    }
+    if (waiting) {
+      // Under the event's mutex, so a waiter between its check and its sleep still wakes.
+      std::lock_guard<std::mutex> lock(waiting->mu);
+      waiting->cv.notify_all();
+    }
   }
 
   Status check_range(DeviceAddr addr, uint64_t bytes, std::string_view what) {
@@ -475,11 +543,25 @@ class SimDevice final : public Device {
   Status execute(SimStream& s, Command& c) {
     switch (c.kind) {
       case Command::Kind::kToDevice:
+        if (auto f = faults_.draw(FaultSite::kCopyToDevice)) {
+          // Half-done, as a failed DMA leaves it: the destination holds garbage.
+          std::memset(gm_.ptr(c.dst), 0xff, c.bytes);
+          gm_.mark_initialized(c.dst, c.bytes);
+          return inject(*f, StatusCode::kDeviceFault,
+                        "copy to device of " + std::to_string(c.bytes) + " bytes to " + hex(c.dst) + " on stream " +
+                            std::to_string(s.id));
+        }
         std::memcpy(gm_.ptr(c.dst), c.host_src, c.bytes);
         gm_.mark_initialized(c.dst, c.bytes);
         bump([&](Counters& k) { ++k.h2d_transfers; k.h2d_bytes += c.bytes; });
         return ok_status();
       case Command::Kind::kToHost:
+        if (auto f = faults_.draw(FaultSite::kCopyToHost)) {
+          std::memset(c.host_dst, 0xff, c.bytes);
+          return inject(*f, StatusCode::kDeviceFault,
+                        "copy to host of " + std::to_string(c.bytes) + " bytes from " + hex(c.src) + " on stream " +
+                            std::to_string(s.id));
+        }
         std::memcpy(c.host_dst, gm_.ptr(c.src), c.bytes);
         bump([&](Counters& k) { ++k.d2h_transfers; k.d2h_bytes += c.bytes; });
         return ok_status();
@@ -505,16 +587,31 @@ class SimDevice final : public Device {
       case Command::Kind::kRecord:
         return ok_status();
       case Command::Kind::kWait:
-        return wait_for(*c.event, c.event_seq);
+        return wait_for(s, c.event, c.event_seq);
       case Command::Kind::kLaunch:
         return run_launch(s, c.launch, c.kernel_name);
     }
     return internal_error("unknown stream command");
   }
 
-  static Status wait_for(SimEvent& e, uint64_t seq) {
-    wait_until_reached(e.completed, seq, e.mu, e.cv);
+  // Waits for the event's record `seq`, or for an abort of `s`.
+  static Status wait_for(SimStream& s, const std::shared_ptr<SimEvent>& event, uint64_t seq) {
+    SimEvent& e = *event;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.waiting_on = event;
+    }
+    auto done = [&] { return e.completed.load(std::memory_order_acquire) >= seq || s.abort_requested.load(); };
+    if (!spin_until(done, kHostSpins)) {
+      std::unique_lock<std::mutex> lock(e.mu);
+      e.cv.wait(lock, done);
+    }
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.waiting_on.reset();
+    }
     std::lock_guard<std::mutex> lock(e.mu);
+    if (e.completed.load() < seq) return aborted("stream " + std::to_string(s.id) + " aborted while waiting for an event");
     if (e.failed_seq == seq) return e.failure.with_context("waited-for event's producer failed");
     return ok_status();
   }
@@ -581,6 +678,26 @@ class SimDevice final : public Device {
     ctx.kernel_name = name;
     std::atomic<bool> abort{false};
     ctx.abort = &abort;
+    std::optional<sim::FaultInjector::Fault> injected = faults_.draw(FaultSite::kKernel, p.grid);
+    if (!injected) injected = faults_.draw(FaultSite::kKernelHang, p.grid);
+    if (injected) {
+      ctx.inject_block = injected->block;
+      ctx.inject_instruction = injected->instruction;
+      ctx.inject_hang = injected->site == FaultSite::kKernelHang;
+      ctx.inject_id = injected->id;
+    }
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.running_launch_abort = &abort;
+      if (s.abort_requested.load()) abort.store(true);
+    }
+    struct Unregister {
+      SimStream& s;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.running_launch_abort = nullptr;
+      }
+    } unregister{s};
 
     const uint32_t used = std::min(p.grid, opts_.num_cores);
     std::vector<std::unique_lock<std::mutex>> held;  // in core order: no deadlock between streams
@@ -658,7 +775,23 @@ class SimDevice final : public Device {
       k.hazard_uninit_read += total.uninit_read_hazards;
       if (faulted) ++k.kernel_faults;
     });
+    if (injected) {
+      // Whatever the kernel was writing is garbage now.
+      for (uint32_t i = 0; i < ctx.num_args; ++i) {
+        const sim::ArgBinding& a = ctx.args[i];
+        if (a.writable && !a.is_scalar && a.bytes != 0) std::memset(gm_.ptr(a.addr), 0xff, a.bytes);
+      }
+      const std::string what = "kernel '" + name + "' on stream " + std::to_string(s.id) + ", block " +
+                               std::to_string(injected->block) + ", after " +
+                               std::to_string(injected->instruction) + " instructions" +
+                               (ctx.inject_hang ? ": hung" : "");
+      Status reported = faulted ? faults[first - fault_block.begin()] : aborted("kernel '" + name + "' aborted");
+      faults_.error(*injected, reported.code(), what).ignore();  // logged; the core's own error says the rest
+      bump([](Counters& k) { ++k.faults_injected; });
+      return reported;
+    }
     if (faulted) return faults[first - fault_block.begin()];
+    if (s.abort_requested.load()) return aborted("kernel '" + name + "' on stream " + std::to_string(s.id) + " aborted");
     return ok_status();
   }
 
@@ -679,6 +812,8 @@ class SimDevice final : public Device {
 
   mutable std::mutex counters_mu_;
   Counters counters_;
+
+  sim::FaultInjector faults_;
 };
 
 Status validate(const SimOptions& o) {
@@ -700,7 +835,28 @@ Status validate(const SimOptions& o) {
   return ok_status();
 }
 
+StatusOr<SimDevice*> as_sim(const Device& device) {
+  auto* sim = dynamic_cast<SimDevice*>(const_cast<Device*>(&device));
+  if (sim == nullptr) return invalid_argument("fault injection needs a simulated NPU, not '" + device.info().name + "'");
+  return sim;
+}
+
 }  // namespace
+
+Status set_sim_faults(Device& device, FaultPlan plan) {
+  NPURT_ASSIGN_OR_RETURN(SimDevice * sim, as_sim(device));
+  return sim->faults().set_plan(std::move(plan));
+}
+
+StatusOr<FaultStats> sim_fault_stats(const Device& device) {
+  NPURT_ASSIGN_OR_RETURN(SimDevice * sim, as_sim(device));
+  return sim->faults().stats();
+}
+
+StatusOr<std::vector<InjectedFault>> take_sim_fault_log(Device& device) {
+  NPURT_ASSIGN_OR_RETURN(SimDevice * sim, as_sim(device));
+  return sim->faults().take_log();
+}
 
 StatusOr<std::shared_ptr<Device>> create_sim_device(const SimOptions& options) {
   NPURT_RETURN_IF_ERROR(validate(options).with_context("simulated device options"));
