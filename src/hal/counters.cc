@@ -8,7 +8,8 @@ namespace npurt::hal {
 #define NPURT_COUNTER_FIELDS(X)                                                            \
   X(h2d_bytes) X(h2d_transfers) X(d2h_bytes) X(d2h_transfers) X(d2d_bytes) X(d2d_transfers) \
   X(peer_bytes) X(peer_transfers) X(host_functions) \
-  X(launches) X(blocks) X(streams_created) X(streams_destroyed) X(code_uploads)             \
+  X(launches) X(blocks) X(streams_created) X(streams_destroyed) X(events_created)              \
+  X(events_destroyed) X(allocations) X(frees) X(allocated_bytes) X(freed_bytes) X(code_uploads)             \
   X(code_upload_bytes) X(icache_hits) X(icache_misses) X(icache_invalidations)              \
   X(kernel_faults) X(hazard_stale_fetch) X(hazard_uninit_read) X(streams_aborted) X(resets)     \
   X(faults_injected)

@@ -16,6 +16,9 @@ struct Counters {
   uint64_t launches = 0;
   uint64_t blocks = 0;
   uint64_t streams_created = 0, streams_destroyed = 0;
+  uint64_t events_created = 0, events_destroyed = 0;
+  uint64_t allocations = 0, frees = 0;
+  uint64_t allocated_bytes = 0, freed_bytes = 0;  // as allocated (alignment padding excluded)
   uint64_t code_uploads = 0, code_upload_bytes = 0;
   uint64_t icache_hits = 0, icache_misses = 0, icache_invalidations = 0;
   uint64_t kernel_faults = 0;

@@ -120,8 +120,17 @@ class SimDevice final : public Device {
     if (auto f = faults_.draw(FaultSite::kAllocate)) {
       return inject(*f, StatusCode::kResourceExhausted, "allocate " + std::to_string(bytes) + " bytes");
     }
-    std::lock_guard<std::mutex> lock(mem_mu_);
-    return alloc_.allocate(bytes, alignment);
+    StatusOr<DeviceAddr> addr = [&] {
+      std::lock_guard<std::mutex> lock(mem_mu_);
+      return alloc_.allocate(bytes, alignment);
+    }();
+    if (addr.ok()) {
+      bump([&](Counters& c) {
+        ++c.allocations;
+        c.allocated_bytes += bytes;
+      });
+    }
+    return addr;
   }
 
   Status free(DeviceAddr addr) override {
@@ -130,6 +139,10 @@ class SimDevice final : public Device {
     NPURT_RETURN_IF_ERROR(alloc_.free(addr));
     // Freed bytes are garbage to their next owner.
     if (block) gm_.mark_uninitialized(block->addr, block->bytes);
+    bump([&](Counters& c) {
+      ++c.frees;
+      c.freed_bytes += block ? block->bytes : 0;
+    });
     return ok_status();
   }
 
@@ -185,12 +198,14 @@ class SimDevice final : public Device {
     std::lock_guard<std::mutex> lock(obj_mu_);
     const EventId id = next_id_++;
     events_.emplace(id, std::make_shared<SimEvent>());
+    bump([](Counters& c) { ++c.events_created; });
     return id;
   }
 
   Status destroy_event(EventId id) override {
     std::lock_guard<std::mutex> lock(obj_mu_);
     if (events_.erase(id) == 0) return not_found("event " + std::to_string(id) + " does not exist");
+    bump([](Counters& c) { ++c.events_destroyed; });
     return ok_status();  // queued commands keep their own reference
   }
 
