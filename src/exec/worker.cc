@@ -287,20 +287,25 @@ void Worker::progress_loop() {
       retired = std::move(in_flight_.front());
       in_flight_.pop_front();
       slot_busy_[retired->slot] = 0;
-      ++retired_;
       if (retired->status.ok()) {
         ++stats_.runs_completed;
       } else {
         ++stats_.runs_failed;
       }
     }
-    retired_cv_.notify_all();
     {
       std::lock_guard lock(retired->handle->mu);
       retired->handle->status = retired->status;
       retired->handle->done.store(true, std::memory_order_release);
     }
     retired->handle->cv.notify_all();
+    {
+      // Counted after the handle is done: whoever drain() releases sees every retired
+      // run's handle done.
+      std::lock_guard lock(mu_);
+      ++retired_;
+    }
+    retired_cv_.notify_all();
   }
 }
 

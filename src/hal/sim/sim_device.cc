@@ -1,6 +1,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -721,9 +722,18 @@ class SimDevice final : public Device {
     } unregister{s};
 
     const uint32_t used = std::min(p.grid, opts_.num_cores);
-    std::vector<std::unique_lock<std::mutex>> held;  // in core order: no deadlock between streams
+    std::vector<std::unique_lock<std::timed_mutex>> held;  // in core order: no deadlock between streams
     held.reserve(used);
-    for (uint32_t c = 0; c < used; ++c) held.emplace_back(cores_[c]->busy());
+    for (uint32_t c = 0; c < used; ++c) {
+      std::unique_lock<std::timed_mutex> core(cores_[c]->busy(), std::defer_lock);
+      while (!core.try_lock_for(std::chrono::milliseconds(1))) {
+        if (abort.load(std::memory_order_acquire)) {
+          return aborted("kernel '" + name + "' on stream " + std::to_string(s.id) + " aborted while waiting for core " +
+                         std::to_string(c));
+        }
+      }
+      held.push_back(std::move(core));
+    }
     if (s.fresh) {
       for (uint32_t c = 0; c < used; ++c) cores_[c]->icache().invalidate();
       s.fresh = false;

@@ -1,0 +1,139 @@
+// What the memory context does with device faults (memory_context.h, "Faults"):
+// nothing the host still holds is lost, and garbage a failed command left is never
+// handed out. Faults come from the simulated NPU's injection (sim_device.h).
+#include <gtest/gtest.h>
+
+#include "memory/memory_test_util.h"
+#include "npurt/hal/sim_device.h"
+
+namespace npurt::testing {
+namespace {
+
+using hal::FaultPlan;
+using hal::FaultSite;
+
+constexpr uint64_t kN = kTile * 4;
+constexpr uint64_t kBytes = kN * sizeof(float);
+
+void inject(hal::Device& dev, FaultSite site, uint64_t nth = 1) {
+  ASSERT_TRUE(hal::set_sim_faults(dev, FaultPlan{}.fail({.site = site, .nth = nth})).ok());
+}
+void stop_injecting(hal::Device& dev) { ASSERT_TRUE(hal::set_sim_faults(dev, {}).ok()); }
+
+TEST(FaultRecovery, AFailedUploadLeavesItsBytesHostNewerAndTheNextSyncSendsThem) {
+  MemoryRig rig;
+  Buffer x = rig.buffer(kBytes, "x");
+  const auto data = random_floats(kN, 1);
+  write_floats(*rig.ctx, x.view(), data);
+  inject(*rig.device, FaultSite::kCopyToDevice);
+  Status s = rig.ctx->to_device(x.view());
+  EXPECT_TRUE(contains(s, "injected fault #")) << s.to_string();
+  EXPECT_TRUE(contains(s, "buffer 'x'")) << s.to_string();
+  stop_injecting(*rig.device);
+  NPURT_ASSERT_OK(rig.ctx->to_device(x.view()));
+  EXPECT_EQ(rig.device_floats(x, x.view()), data);
+}
+
+TEST(FaultRecovery, AFailedReadBackLeavesItsBytesDeviceNewerAndTheNextReadFetchesThem) {
+  MemoryRig rig;
+  Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out");
+  const auto data = random_floats(kN, 2);
+  write_floats(*rig.ctx, x.view(), data);
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  inject(*rig.device, FaultSite::kCopyToHost);
+  auto failed = rig.ctx->read(out.view());
+  EXPECT_TRUE(contains(failed.status(), "injected fault #")) << failed.status().to_string();
+  stop_injecting(*rig.device);
+  EXPECT_EQ(read_floats(*rig.ctx, out.view()), data);
+}
+
+// The upload staged for a launch fails (garbage lands on the device) and the stream
+// with it. The host's bytes were never touched, so the next launch must send them
+// again. With the protection off (resend_failed_uploads = false) the kernel copies the
+// garbage: the check below fails, which is what shows it is a real check.
+class LaunchUploads : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LaunchUploads, OfAFailedLaunchAreSentAgainByTheNextOne) {
+  const bool resend = GetParam();
+  MemoryRig rig({.resend_failed_uploads = resend});
+  Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out"), out2 = rig.buffer(kBytes, "out2");
+  const auto data = random_floats(kN, 3);
+  write_floats(*rig.ctx, x.view(), data);
+  inject(*rig.device, FaultSite::kCopyToDevice);
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  Status s = rig.device->stream_synchronize(rig.stream);
+  EXPECT_TRUE(contains(s, "injected fault #")) << s.to_string();
+  stop_injecting(*rig.device);
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out2.view()}, rig.stream2));
+  auto got = rig.ctx->read(out2.view());
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(floats_of(got->bytes()) == data, resend);
+  EXPECT_EQ(read_floats(*rig.ctx, x.view()), data);  // the host's copy was never lost
+}
+
+INSTANTIATE_TEST_SUITE_P(Protection, LaunchUploads, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "resent" : "not_resent_WRONG"; });
+
+TEST(FaultRecovery, OutputsOfAFailedKernelRaiseUntilRewritten) {
+  MemoryRig rig;
+  Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out"), out2 = rig.buffer(kBytes, "out2");
+  write_floats(*rig.ctx, x.view(), random_floats(kN, 4));
+  inject(*rig.device, FaultSite::kKernel);
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  EXPECT_FALSE(rig.device->stream_synchronize(rig.stream).ok());  // faults are drawn as commands execute
+  stop_injecting(*rig.device);
+  auto r = rig.ctx->read(out.view());
+  EXPECT_TRUE(contains(r.status(), "injected fault #")) << r.status().to_string();
+  // Device work consuming them is refused too, on another (healthy) stream.
+  Status consumed = rig.launch(MemoryRig::kCopy, {out.view(), out2.view()}, rig.stream2);
+  EXPECT_TRUE(contains(consumed, "written by device work that failed")) << consumed.to_string();
+  // A host overwrite makes them good again.
+  const auto fresh = random_floats(kN, 5);
+  write_floats(*rig.ctx, out.view(), fresh);
+  EXPECT_EQ(read_floats(*rig.ctx, out.view()), fresh);
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {out.view(), out2.view()}, rig.stream2));
+  EXPECT_EQ(read_floats(*rig.ctx, out2.view()), fresh);
+}
+
+// The launch's completion event cannot be recorded: the call fails, and what the
+// launch wrote counts only if its stream finished clean.
+TEST(FaultRecovery, AnUnrecordableLaunchKeepsItsOutputsOnlyIfItsStreamFinishedClean) {
+  for (bool kernel_faults : {false, true}) {
+    SCOPED_TRACE(kernel_faults ? "the kernel faults too" : "the kernel is fine");
+    MemoryRig rig;
+    Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out");
+    const auto data = random_floats(kN, 6);
+    write_floats(*rig.ctx, x.view(), data);
+    FaultPlan p;
+    p.fail({.site = FaultSite::kRecordEvent, .nth = 1});
+    if (kernel_faults) p.fail({.site = FaultSite::kKernel, .nth = 1});
+    NPURT_ASSERT_OK(hal::set_sim_faults(*rig.device, p));
+    Status s = rig.launch(MemoryRig::kCopy, {x.view(), out.view()});
+    EXPECT_TRUE(contains(s, "recording its completion")) << s.to_string();
+    stop_injecting(*rig.device);
+    auto r = rig.ctx->read(out.view());
+    if (kernel_faults) {
+      EXPECT_FALSE(r.ok());
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(floats_of(r->bytes()), data);
+    }
+  }
+}
+
+// After a device reset, the context's own transfers get a fresh stream: the reset
+// costs no later call.
+TEST(FaultRecovery, AfterAResetTransfersWorkAtOnce) {
+  MemoryRig rig;
+  Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out");
+  const auto data = random_floats(kN, 7);
+  write_floats(*rig.ctx, x.view(), data);
+  NPURT_ASSERT_OK(rig.ctx->to_device(x.view()));  // the transfer stream exists now
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  NPURT_ASSERT_OK(rig.ctx->synchronize());
+  NPURT_ASSERT_OK(rig.device->reset());
+  EXPECT_EQ(read_floats(*rig.ctx, out.view()), data);
+}
+
+}  // namespace
+}  // namespace npurt::testing
