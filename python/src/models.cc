@@ -5,6 +5,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -64,7 +65,7 @@ class Gemma3 {
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
-      out = models::generate(*model_, prompt, max_tokens, &*tokenizer_, {}, &stats_);
+      out = models::generate(*model_, prompt, max_tokens, &*tokenizer_, first_token_clock([](int32_t) {}), &stats_);
     }
     return take(std::move(out));
   }
@@ -88,7 +89,7 @@ class Gemma3 {
           callback_error.emplace(std::move(e));
         }
       };
-      out = models::generate(*model_, ids, max_tokens, &*tokenizer_, stream, &stats_);
+      out = models::generate(*model_, ids, max_tokens, &*tokenizer_, first_token_clock(stream), &stats_);
     }
     if (callback_error) {
       callback_error->restore();
@@ -112,7 +113,7 @@ class Gemma3 {
     nb::dict d;
     d["prompt_tokens"] = stats_.prompt_tokens;
     d["prefill_seconds"] = stats_.prefill_seconds;
-    d["time_to_first_token"] = stats_.prefill_seconds;
+    d["time_to_first_token"] = time_to_first_token_;
     d["generated_tokens"] = stats_.generated_tokens;
     d["decode_steps"] = stats_.decode_steps;
     d["decode_seconds"] = stats_.decode_seconds;
@@ -168,6 +169,18 @@ class Gemma3 {
   std::unique_ptr<models::HostTokenModel> host_model_;
   models::TokenModel* model_ = nullptr;
   models::GenerateStats stats_;
+  double time_to_first_token_ = 0;  // measured here, from the call to its first token
+
+  // `on_token`, timing the first token from now (the caller holds mu_).
+  std::function<void(int32_t)> first_token_clock(std::function<void(int32_t)> on_token) {
+    time_to_first_token_ = 0;
+    return [this, on_token = std::move(on_token), start = std::chrono::steady_clock::now()](int32_t t) {
+      if (time_to_first_token_ == 0) {
+        time_to_first_token_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      on_token(t);
+    };
+  }
   std::mutex mu_;
 };
 

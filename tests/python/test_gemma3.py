@@ -73,7 +73,8 @@ def test_batched_prefill_is_the_default_and_matches_token_by_token(model):
     top = model.prefill_chunk
     assert top == 256  # the default chunk (512) capped at the fixture's context
     batched = model.generate_ids(prompt, 8)
-    assert model.stats["time_to_first_token"] == model.stats["prefill_seconds"] > 0
+    # Two clocks: the first token comes after the whole prompt's prefill.
+    assert model.stats["time_to_first_token"] >= model.stats["prefill_seconds"] > 0
     model.prefill_chunk = 0
     try:
         assert model.generate_ids(prompt, 8) == batched
