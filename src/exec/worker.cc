@@ -333,8 +333,11 @@ void Worker::wait_until_complete(Run& run) {
     if (waited < kPollYieldFor) {
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(std::clamp<std::chrono::steady_clock::duration>(
-          waited / 16, kMinPollSleep, kMaxPollSleep));
+      std::chrono::steady_clock::duration nap =
+          std::clamp<std::chrono::steady_clock::duration>(waited / 16, kMinPollSleep, kMaxPollSleep);
+      // Wake at the deadline, not up to a poll interval after it.
+      if (options_.run_timeout.count() > 0) nap = std::min(nap, run.staged_at + options_.run_timeout - now);
+      std::this_thread::sleep_for(nap);
     }
   }
   // Observation only: it never makes a stream reusable.
@@ -353,7 +356,12 @@ void Worker::retire(Run& run) {
     // Drains whatever the run enqueued, also after a staging error, and yields the
     // stream's error if a command failed.
     Status synced = device_->stream_synchronize(stream);
-    if (final_status.ok()) final_status = synced;
+    if (final_status.ok()) {
+      final_status = synced;
+    } else if (!synced.ok() && synced.message() != final_status.message()) {
+      // Staging failed and so did work it had enqueued: both are told.
+      final_status = Status(final_status.code(), final_status.message() + "; its stream failed too: " + synced.to_string());
+    }
     if (run.abandoned.load(std::memory_order_acquire)) {
       final_status = aborted("abandoned by a reset of worker " + std::to_string(id_) + " (" + synced.to_string() + ")");
       outcome = RunOutcome::kAbandoned;

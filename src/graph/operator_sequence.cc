@@ -454,7 +454,8 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
         for (size_t a = 0; a < sig.size(); ++a) {
           auto [it, fresh] = index.emplace(steps_[i].bindings[a], args.size());
           if (fresh) {
-            args.push_back({sig[a].is_scalar(), steps_[i].bindings[a], sig[a].dtype, sig[a].access, {}});
+            args.push_back({sig[a].is_scalar(), steps_[i].bindings[a], sig[a].dtype, sig[a].access, {},
+                            sig[a].access == Access::kOut});
           } else if (!sig[a].is_scalar()) {
             args[it->second].access = merge(args[it->second].access, sig[a].access);
           }
@@ -544,6 +545,7 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
       if (!a.scalar) {
         args.push_back(a.access == Access::kIn    ? LaunchArg::input(a.view)
                        : a.access == Access::kOut ? LaunchArg::output(a.view)
+                       : a.written_first          ? LaunchArg::written_first(a.view)
                                                   : LaunchArg::inout(a.view));
         continue;
       }
@@ -577,7 +579,10 @@ Status CompiledSequence::start(const Scalars& scalars) {
   NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, streams_->acquire());
   Status enqueued = enqueue(lease.stream, scalars);
   if (!enqueued.ok()) {
-    streams_->finish(lease).ignore();  // the enqueue error is the one that matters
+    // What was enqueued before the error still drains; its own failure is told too.
+    if (Status drained = streams_->finish(lease); !drained.ok()) {
+      return Status(enqueued.code(), enqueued.message() + "; the stream failed too: " + drained.to_string());
+    }
     return enqueued;
   }
   running_ = lease;

@@ -69,7 +69,8 @@ Status MemoryCore::plan_kernel(hal::StreamId stream, const isa::Image& image, ui
   const std::vector<isa::ArgSpec>& specs = image.args();
   views_.clear();
   for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].kind == isa::ArgKind::kBuffer) views_.push_back({&args[i].view(), specs[i].access, i});
+    if (specs[i].kind != isa::ArgKind::kBuffer) continue;
+    views_.push_back({&args[i].view(), args[i].is_written_first() ? isa::Access::kOut : specs[i].access, i});
   }
   return plan_views(stream, [&](size_t i) {
     return launch_text(image) + ": argument " + std::to_string(i) + " ('" + specs[i].name + "')";
@@ -221,13 +222,14 @@ Status MemoryCore::execute_plan(const std::function<std::string()>& what,
   }
   StatusOr<FenceRef> recorded = fences_.record(p.stream);
   FenceRef fence = recorded.ok() ? *recorded : FenceRef{};
+  Status untracked;
   if (!recorded.ok()) {
-    // Enqueued but untrackable: wait until it is over, so nothing later needs to wait
-    // for it, and still record what it did: its outputs are good only if the stream
-    // finished clean.
-    if (Status finished = device_->stream_synchronize(p.stream); !finished.ok()) {
-      fence = fences_.failed(std::move(finished));
-    }
+    // Enqueued but untrackable: nothing could order later work after it, and waiting
+    // for it here could wait forever (a hung kernel). So it is stopped: its stream is
+    // aborted (which returns once the stream is idle) and the work counts as failed.
+    device_->abort_stream(p.stream).ignore();
+    untracked = device_->stream_synchronize(p.stream);
+    fence = fences_.failed(recorded.status());
   }
   stats_.h2d_bytes += staged;
   stats_.h2d_copies += copies;
@@ -236,7 +238,10 @@ Status MemoryCore::execute_plan(const std::function<std::string()>& what,
   commit(fence);
   if (staged != 0) pending_staging_.push_back({fence, std::move(staging)});
   if (recorded.ok()) return ok_status();
-  return recorded.status().with_context(what() + ": recording its completion");
+  Status failed = recorded.status().with_context(what() + ": recording its completion");
+  // The stream's own error, when an earlier command on it failed, is told as well.
+  if (untracked.ok() || untracked.code() == StatusCode::kAborted) return failed;
+  return Status(failed.code(), failed.message() + "; its stream had failed: " + untracked.to_string());
 }
 
 }  // namespace npurt::memory_detail

@@ -335,7 +335,8 @@ Status MemoryCore::sync_view(const View& view, bool upload, const char* what) {
 // ---- dependencies ------------------------------------------------------------------------
 
 void MemoryCore::prune(DepState& s) const {
-  if (fences_.known_done(s.writer)) s.writer = FenceRef{};
+  // A failed writer stays: its bytes are garbage, or its uploads must be sent again.
+  if (fences_.known_done(s.writer) && fences_.failure(s.writer).ok()) s.writer = FenceRef{};
   uint8_t kept = 0;
   for (uint8_t i = 0; i < s.num_readers; ++i) {
     if (!fences_.known_done(s.readers[i])) s.readers[kept++] = s.readers[i];

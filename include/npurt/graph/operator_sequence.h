@@ -174,6 +174,9 @@ class CompiledSequence {
     isa::DType dtype = isa::DType::kF32;
     isa::Access access = isa::Access::kIn;
     View view;  // buffers: resolved once at compile(), the arenas never move
+    // inout in a fused kernel whose first step using it writes it (an intermediate, or
+    // an output read by later steps): launched as LaunchArg::written_first.
+    bool written_first = false;
   };
   // A kernel, or a stream command when `command` is set (no image then).
   struct CompiledKernel {

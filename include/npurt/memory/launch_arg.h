@@ -29,6 +29,14 @@ class LaunchArg {
   static LaunchArg input(View view) { return LaunchArg(std::move(view), isa::Access::kIn); }
   static LaunchArg output(View view) { return LaunchArg(std::move(view), isa::Access::kOut); }
   static LaunchArg inout(View view) { return LaunchArg(std::move(view), isa::Access::kInOut); }
+  // An inout argument whose bytes the kernel writes before it reads any of them (a
+  // fused kernel's intermediate): planned as an output, so its old bytes are neither
+  // uploaded nor required to be good (garbage a failed command left there is fine).
+  static LaunchArg written_first(View view) {
+    LaunchArg a(std::move(view), isa::Access::kInOut);
+    a.written_first_ = true;
+    return a;
+  }
   static LaunchArg scalar_i64(int64_t value) {
     return LaunchArg(Kind::kScalarI64, static_cast<uint64_t>(value));
   }
@@ -40,6 +48,7 @@ class LaunchArg {
   const View& view() const { return view_; }
   // The access the caller expects, if it said.
   std::optional<isa::Access> expected_access() const { return expected_; }
+  bool is_written_first() const { return written_first_; }
   // Raw scalar bits as hal::KernelArg carries them.
   uint64_t scalar_bits() const { return bits_; }
 
@@ -51,6 +60,7 @@ class LaunchArg {
   Kind kind_;
   View view_;
   std::optional<isa::Access> expected_;
+  bool written_first_ = false;
   uint64_t bits_ = 0;
 };
 

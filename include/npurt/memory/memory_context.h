@@ -68,9 +68,11 @@
 //   * bytes a failed launch or command writes (`out`, `inout`) hold garbage: host reads
 //     of them and device work consuming them fail with that work's error until they
 //     are rewritten (a host overwrite(), or a later launch's `out`);
-//   * when a launch's completion cannot be recorded (the event record is refused), the
-//     call waits for the launch and returns the error; its outputs are kept if it
-//     finished clean, and count as failed otherwise.
+//   * when a launch's completion cannot be recorded (the event record is refused),
+//     nothing could order later work after it: the call aborts its stream
+//     (hal::Device::abort_stream, bounded even for a hung kernel), the work counts as
+//     failed, and the error names the refused record and any earlier failure of the
+//     stream. The caller replaces the stream, as after any failure.
 //
 // Threading: all methods are thread-safe; one mutex per context serializes them,
 // including their waits on the device (so a read() waiting for a long kernel delays

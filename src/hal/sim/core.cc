@@ -843,7 +843,7 @@ BlockResult Core::Exec::inject() {
     return BlockResult::kFaulted;
   }
   // A hung kernel: nothing but an abort of its stream ends it.
-  while (!L.abort->load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  while (!L.abort->load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(20));
   fail("hung after " + std::to_string(b.executed) + " instructions until its stream was aborted" + id,
        StatusCode::kAborted);
   return BlockResult::kFaulted;
