@@ -69,6 +69,12 @@ StatusOr<SlotLease> StreamPool::acquire(uint32_t slot, uint64_t image_id) {
   const uint64_t epoch = registry_ ? registry_->publication_epoch() : 0;
   StatusOr<SlotLease> lease = slots_->begin(slot, epoch, image_id);
   if (!lease.ok()) return lease.status().with_context(name_);
+  if (!lease->fresh_stream && !device_->stream_query(lease->stream).ok()) {
+    // In error although its last use ended clean: aborted since (a device reset).
+    slots_->retire(*lease, RunOutcome::kFailed).ignore();
+    lease = slots_->begin(slot, epoch, image_id);
+    if (!lease.ok()) return lease.status().with_context(name_);
+  }
   if (!lease->fresh_stream || !prime_.valid()) return lease;
   Status primed = device_->launch(lease->stream, {prime_.address(), device_->info().num_cores, {}});
   if (!primed.ok()) {

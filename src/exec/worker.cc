@@ -75,6 +75,9 @@ struct Worker::Run {
   Status status;                    // first error while staging
   uint64_t epoch = 0;               // publication epoch given to begin()
   double t_submit_us = 0, t_staged_us = 0;
+  std::chrono::steady_clock::time_point staged_at;  // its run timeout counts from here
+  bool timed_out = false;                           // progress thread only
+  std::atomic<bool> abandoned{false};               // set by reset()
   std::shared_ptr<RunHandle::State> handle;
 };
 
@@ -193,6 +196,7 @@ RunHandle Worker::submit(RunFn fn, std::vector<CodeHandle> code) {
   }
   if (trace::enabled()) run->t_submit_us = trace::now_us();
   stage(*run, fn);
+  run->staged_at = std::chrono::steady_clock::now();
   if (trace::enabled()) run->t_staged_us = trace::now_us();
 
   RunHandle handle(run->handle);
@@ -300,15 +304,27 @@ void Worker::progress_loop() {
   }
 }
 
-// Polls the run's completion event without blocking in the device.
+// Polls the run's completion event (its stream when staging failed before recording
+// it) without blocking in the device, until the run completes, its timeout passes
+// (then its stream is aborted) or a reset abandons it.
 void Worker::wait_until_complete(Run& run) {
-  if (!run.event_recorded) return;  // staging failed: retirement drains the stream
+  if (!run.lease) return;  // nothing was enqueued
+  const auto stream = static_cast<hal::StreamId>(run.lease->stream);
   const hal::EventId event = slot_events_[run.slot].id();
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    StatusOr<bool> complete = device_->event_query(event);
+    StatusOr<bool> complete = run.event_recorded ? device_->event_query(event) : device_->stream_query(stream);
     if (!complete.ok() || *complete) break;  // an error completes the run too
-    const auto waited = std::chrono::steady_clock::now() - start;
+    if (run.abandoned.load(std::memory_order_acquire)) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (options_.run_timeout.count() > 0 && now - run.staged_at >= options_.run_timeout) {
+      // Work that will not finish: stop it, so that its stream drains and its slot
+      // can take a fresh one.
+      run.timed_out = true;
+      device_->abort_stream(stream).ignore();
+      return;
+    }
+    const auto waited = now - start;
     if (waited < kPollYieldFor) {
       std::this_thread::yield();
     } else {
@@ -333,7 +349,15 @@ void Worker::retire(Run& run) {
     // stream's error if a command failed.
     Status synced = device_->stream_synchronize(stream);
     if (final_status.ok()) final_status = synced;
-    if (!final_status.ok()) {
+    if (run.abandoned.load(std::memory_order_acquire)) {
+      final_status = aborted("abandoned by a reset of worker " + std::to_string(id_) + " (" + synced.to_string() + ")");
+      outcome = RunOutcome::kAbandoned;
+    } else if (run.timed_out) {
+      final_status = deadline_exceeded("did not finish within " + std::to_string(options_.run_timeout.count()) +
+                                       " ms; its stream " + std::to_string(stream) + " was aborted (" +
+                                       synced.to_string() + ")");
+      outcome = RunOutcome::kTimedOut;
+    } else if (!final_status.ok()) {
       outcome = RunOutcome::kFailed;
     } else if (options_.stream_per_run) {
       outcome = RunOutcome::kAbandoned;  // given up on purpose: the next run gets a fresh one
@@ -377,6 +401,19 @@ Status Worker::check_lease(const SlotLease& lease) const {
                              ": lease generation " + std::to_string(lease.generation) +
                              ", slot generation " + std::to_string(state->generation) +
                              (state->owned ? "" : " (the slot is not owned by a run)"));
+}
+
+Status Worker::reset() {
+  std::lock_guard submit_lock(submit_mu_);  // no run is staging
+  if (!progress_.joinable()) return failed_precondition("reset: worker " + std::to_string(id_) + " is closed");
+  {
+    std::lock_guard lock(mu_);
+    for (const std::unique_ptr<Run>& run : in_flight_) run->abandoned.store(true, std::memory_order_release);
+    ++stats_.resets;
+  }
+  Status s = device_->reset();
+  drain();  // every abandoned run retires now: its stream was aborted
+  return s.with_context("reset of worker " + std::to_string(id_));
 }
 
 void Worker::drain() {

@@ -51,6 +51,14 @@ StatusOr<FenceRef> FenceTable::record(hal::StreamId stream) {
   return FenceRef{slot, s.generation};
 }
 
+FenceRef FenceTable::failed(Status failure) {
+  Slot s;  // no event: it is never waited for on the device, and never reused
+  slots_.push_back(std::move(s));
+  const auto slot = static_cast<uint32_t>(slots_.size() - 1);
+  fail(slot, std::move(failure));
+  return FenceRef{slot, slots_[slot].generation};
+}
+
 bool FenceTable::known_done(FenceRef f) const {
   if (!f.valid()) return true;
   const Slot& s = slots_[f.slot];

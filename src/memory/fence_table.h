@@ -60,6 +60,9 @@ class FenceTable {
 
   // Records a new fence at the current end of `stream`.
   StatusOr<FenceRef> record(hal::StreamId stream);
+  // A fence that has already failed with `failure`, for work whose completion could
+  // not be recorded and that was then seen to fail.
+  FenceRef failed(Status failure);
 
   // True when the fence is known to have completed (successfully or not), or is no
   // fence at all. Never queries the device.

@@ -89,6 +89,9 @@ Status MemoryCore::plan_command(hal::StreamId stream, std::string_view name, std
 }
 
 Status MemoryCore::plan_views(hal::StreamId stream, const std::function<std::string(size_t)>& label) {
+  // Learn which earlier work finished or failed: failed uploads are sent again, and
+  // finished work needs no wait.
+  fences_.poll();
   Plan& p = plan_;
   p.reset(/*is_upload=*/true, /*is_launch=*/true, stream);
   for (const PlannedView& pv : views_) {
@@ -97,6 +100,7 @@ Status MemoryCore::plan_views(hal::StreamId stream, const std::function<std::str
     p.bindings.push_back({&b, {v.offset(), v.end()}, pv.access});
     if (pv.access == isa::Access::kOut) continue;
     if (b.tracker) NPURT_RETURN_IF_ERROR_CTX(absorb_dirty(b, v.offset(), v.end()), label(pv.index));
+    resend_failed_uploads(b, {v.offset(), v.end()});
     // Device work must not consume device bytes whose writer failed (bytes the host
     // replaced since are uploaded instead, which is fine).
     Status failed;
@@ -216,10 +220,15 @@ Status MemoryCore::execute_plan(const std::function<std::string()>& what,
     return s.with_context(what());
   }
   StatusOr<FenceRef> recorded = fences_.record(p.stream);
-  // Enqueued but untrackable: wait until it is over, so nothing later needs to wait
-  // for it, and still record what it did.
-  if (!recorded.ok()) device_->stream_synchronize(p.stream).ignore();
-  const FenceRef fence = recorded.ok() ? *recorded : FenceRef{};
+  FenceRef fence = recorded.ok() ? *recorded : FenceRef{};
+  if (!recorded.ok()) {
+    // Enqueued but untrackable: wait until it is over, so nothing later needs to wait
+    // for it, and still record what it did: its outputs are good only if the stream
+    // finished clean.
+    if (Status finished = device_->stream_synchronize(p.stream); !finished.ok()) {
+      fence = fences_.failed(std::move(finished));
+    }
+  }
   stats_.h2d_bytes += staged;
   stats_.h2d_copies += copies;
   stats_.staging_bytes += staged;

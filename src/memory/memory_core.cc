@@ -223,6 +223,19 @@ void MemoryCore::record_raw_write(BufferState& b, uint64_t begin, uint64_t end) 
   for (const ByteRange& r : pieces_) b.map.host_written(r.begin, r.end);
 }
 
+void MemoryCore::resend_failed_uploads(BufferState& b, ByteRange r) {
+  // The naive flags keep no ranges; the test-only switch shows what this prevents.
+  if (options_.policy != CoherencePolicy::kExact || !options_.resend_failed_uploads) return;
+  pieces_.clear();
+  b.deps.for_each_in(r.begin, r.end, [&](uint64_t db, uint64_t de, const DepState& d) {
+    if (fences_.failure(d.writer).ok()) return;
+    b.map.for_each_in(db, de, [&](uint64_t s, uint64_t e, CoherenceState st) {
+      if (st == CoherenceState::kBothValid) pieces_.push_back({s, e});
+    });
+  });
+  for (const ByteRange& p : pieces_) b.map.host_written(p.begin, p.end);
+}
+
 void MemoryCore::record_changed_bytes(BufferState& b, uint64_t begin,
                                       std::span<const uint8_t> before) {
   const uint8_t* now = b.mirror + begin;
@@ -240,6 +253,7 @@ void MemoryCore::record_changed_bytes(BufferState& b, uint64_t begin,
 Status MemoryCore::plan_transfer(BufferState& b, ByteRange r, bool upload) {
   if (upload) {
     NPURT_RETURN_IF_ERROR(absorb_dirty(b, r.begin, r.end));
+    resend_failed_uploads(b, r);
   } else if (b.tracker) {
     // Raw writes on the pages a download lands on are recorded first: the
     // download's own writes into the mirror are forgotten afterwards.

@@ -126,6 +126,10 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Status absorb_dirty(BufferState& b, uint64_t begin, uint64_t end);
   // Raw bytes [begin, end) may have been written: host-newer, except device-newer bytes.
   void record_raw_write(BufferState& b, uint64_t begin, uint64_t end);
+  // Bytes of `r` that both sides hold, as far as committed work says, but whose
+  // upload belonged to work that failed: the device copy may be garbage, the host's
+  // is still right, so they become host-newer again and are sent with the next sync.
+  void resend_failed_uploads(BufferState& b, ByteRange r);
   // Records host writes to the bytes of [begin, end) that differ from `before`.
   void record_changed_bytes(BufferState& b, uint64_t begin, std::span<const uint8_t> before);
 

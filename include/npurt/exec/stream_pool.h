@@ -14,7 +14,9 @@
 //     makes "fresh stream" mean "every core's cache invalidated after the latest
 //     publication", whatever grids follow;
 //   * release() with any outcome but kComplete, or finish() on a stream in error,
-//     makes the slot's next acquire() replace the stream.
+//     makes the slot's next acquire() replace the stream; so does a stream found in
+//     error at acquire() (aborted by a device reset since its last use).
+//   * a stream whose destroy fails is kept and destroyed again later (StreamSlots).
 // A pool without a registry is for streams that run no code (memory transfers): they
 // are neither primed nor replaced after publications, only after failures.
 //

@@ -31,6 +31,11 @@
 // touches must order itself, e.g. with RunContext::wait_for_previous_run() before the
 // commands that conflict. (Buffers per slot, double buffering, need nothing.)
 //
+// Timeouts and reset. With WorkerOptions::run_timeout, the progress thread aborts the
+// stream of a run that has not finished in time and retires it with
+// RunOutcome::kTimedOut (kDeadlineExceeded); runs after it on other slots are not
+// affected unless they wait for it. reset() abandons every run in flight instead.
+//
 // Errors. A run's failure (an error returned by its callable, an enqueue refused, a
 // kernel fault or sanitizer hazard on its stream) surfaces on its RunHandle as the
 // device's Status with "run N (slot S)" as context. Other runs and slots are
@@ -46,6 +51,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -79,6 +85,10 @@ struct WorkerOptions {
   // Prime fresh streams (see "Priming" above). Turning it off is for tests only: it
   // reopens the hazard for runs whose first launch does not cover every core.
   bool prime_fresh_streams = true;
+  // A run that has not finished this long after its callable returned is stopped: its
+  // stream is aborted and the run fails with kDeadlineExceeded (a hung kernel, say).
+  // Zero: no limit.
+  std::chrono::milliseconds run_timeout{0};
 };
 
 // What a run's callable gets: where to enqueue its work. The command helpers accept
@@ -162,6 +172,7 @@ struct WorkerStats {
   uint64_t runs_failed = 0;     // retired with an error
   uint64_t prime_launches = 0;
   uint64_t stale_leases_rejected = 0;  // RunContext commands refused for a stale lease
+  uint64_t resets = 0;
   StreamSlotStats streams;      // created/destroyed, reuse hits, stale replacements
   CodeRegistryStats code;       // publications, dedup hits, blocks freed, live images
 };
@@ -188,6 +199,14 @@ class Worker {
 
   // Blocks until every run submitted so far has retired.
   void drain();
+
+  // Device reset: abandons every run in flight (each fails with kAborted, "abandoned by
+  // a reset"), aborts every stream of the device (hal::Device::reset, so other users of
+  // the device see their work in flight fail too), and returns once those runs have
+  // retired. Each slot takes a fresh stream for its next run; the code registry and
+  // the memory context's buffers stay consistent (work that failed is known as failed),
+  // so later runs succeed. Must not be called from a run's callable.
+  Status reset();
 
   WorkerStats stats() const;
   const WorkerOptions& options() const { return options_; }

@@ -57,6 +57,21 @@
 // (as for any shared data); a raw write racing with a fetch into the same page may
 // be lost.
 //
+// Faults. Device work that fails (a copy, a kernel, an aborted stream) loses nothing
+// the host still has:
+//   * a synchronous transfer that fails changes no state: a failed upload leaves its
+//     bytes host-newer (sent again by the next sync), a failed download leaves them
+//     device-newer (fetched again by the next read);
+//   * the uploads of a launch or command whose stream failed are sent again by the
+//     next sync or launch that needs those bytes on the device (the host's bytes were
+//     never overwritten);
+//   * bytes a failed launch or command writes (`out`, `inout`) hold garbage: host reads
+//     of them and device work consuming them fail with that work's error until they
+//     are rewritten (a host overwrite(), or a later launch's `out`);
+//   * when a launch's completion cannot be recorded (the event record is refused), the
+//     call waits for the launch and returns the error; its outputs are kept if it
+//     finished clean, and count as failed otherwise.
+//
 // Threading: all methods are thread-safe; one mutex per context serializes them,
 // including their waits on the device (so a read() waiting for a long kernel delays
 // other threads' calls on the same context). launch() may be called from any
@@ -108,6 +123,10 @@ struct MemoryOptions {
   // for conflicting work on other streams (dependencies are still recorded, and
   // frees still deferred), so tests can show they catch ordering hazards.
   bool order_conflicting_work = true;
+  // false is WRONG on purpose, for tests only: bytes whose upload belonged to device
+  // work that failed count as on the device anyway (see "Faults" above), so tests can
+  // show they catch a kernel reading the garbage a failed copy left.
+  bool resend_failed_uploads = true;
   // Staging memory kept for reuse by launch() uploads once their copies completed.
   uint64_t max_pooled_staging_bytes = 64ull << 20;
 };
@@ -178,7 +197,8 @@ class MemoryContext {
                 std::span<const LaunchArg> args);
   // What launch(stream, code, image, grid, args) would do now (launch_plan.h),
   // with the same checks and errors, enqueuing nothing and changing no state (it
-  // records the raw writes tracked mode caught in its inputs, as any call does).
+  // records the raw writes tracked mode caught in its inputs and the failed uploads
+  // it learns of, as any call does).
   StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
                                    std::span<const LaunchArg> args);
 

@@ -80,6 +80,7 @@ struct SimStream {
   bool fresh = true;                   // only the stream thread touches it
   // abort_stream: set once, never cleared (the stream is in error from then on).
   std::atomic<bool> abort_requested{false};
+  std::string abort_reason;                            // guarded by mu
   std::atomic<bool>* running_launch_abort = nullptr;  // guarded by mu: the executing launch's flag
   std::shared_ptr<SimEvent> waiting_on;                // guarded by mu: the event a wait blocks on
   std::thread thread;
@@ -426,7 +427,10 @@ class SimDevice final : public Device {
     std::shared_ptr<SimEvent> waiting;
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      if (s.error.ok()) s.error = aborted(why);
+      // An idle stream is in error at once; a busy one when its executing command ends,
+      // with that command's own error if it has one (a hung kernel names its fault).
+      if (s.error.ok() && s.completed.load() == s.enqueued) s.error = aborted(why);
+      s.abort_reason = why;
       s.abort_requested.store(true, std::memory_order_release);
       if (s.running_launch_abort != nullptr) s.running_launch_abort->store(true, std::memory_order_release);
       waiting = s.waiting_on;
@@ -484,6 +488,7 @@ class SimDevice final : public Device {
         if (s.queue.empty()) return;  // stopping and drained
         c = std::move(s.queue.front());
         s.queue.pop_front();
+        if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
         prior = s.error;
       }
       ++taken;
@@ -496,6 +501,7 @@ class SimDevice final : public Device {
       {
         std::lock_guard<std::mutex> lock(s.mu);
         if (!st.ok() && s.error.ok()) s.error = st;
+        if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
         s.completed.fetch_add(1, std::memory_order_release);
       }
       s.done_cv.notify_all();
