@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
                        "worker run timeout, which ends hung runs (0: none, hangs then wait for the watchdog)")
       ->check(CLI::Range(int64_t{0}, int64_t{3600} * 1000))
       ->capture_default_str();
+  soak_cmd->add_option("--reset-rate", soak.reset_rate, "probability that the worker is reset while a batch runs")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   soak_cmd->add_option("--watchdog-ms", soak.watchdog_ms, "bound on every call, run and read")
       ->check(CLI::Range(int64_t{1}, int64_t{3600} * 1000))
       ->capture_default_str();

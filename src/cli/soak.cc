@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,11 @@ constexpr uint64_t kWeightCheckEvery = 64;    // iterations between checks of th
 class Watchdog {
  public:
   Watchdog(std::chrono::milliseconds bound, std::FILE* log) : bound_(bound), log_(log), thread_([this] { loop(); }) {}
+  // What to print about a hang besides its name (called on the watchdog's thread).
+  void on_expiry(std::function<void()> explain) {
+    std::lock_guard<std::mutex> lock(mu_);
+    explain_ = std::move(explain);
+  }
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -73,8 +79,9 @@ class Watchdog {
     }
   }
   [[noreturn]] void expire() {
-    std::fprintf(log_, "HANG: %s did not return within %lld ms\nsoak: FAIL (hangs 1)\n", what_.c_str(),
-                 static_cast<long long>(bound_.count()));
+    std::fprintf(log_, "HANG: %s did not return within %lld ms\n", what_.c_str(), static_cast<long long>(bound_.count()));
+    if (explain_) explain_();
+    std::fprintf(log_, "soak: FAIL (hangs 1)\n");
     std::fflush(log_);
     std::fflush(stdout);
     std::_Exit(kSoakHangExit);
@@ -84,6 +91,7 @@ class Watchdog {
   std::FILE* const log_;
   std::mutex mu_;
   std::string what_;                       // guarded by mu_
+  std::function<void()> explain_;          // guarded by mu_
   std::optional<Clock::time_point> deadline_;  // guarded by mu_
   bool stop_ = false;                      // guarded by mu_
   std::thread thread_;
@@ -135,6 +143,17 @@ bool set_run_timeout(Options& options, int64_t ms) {
   }
 }
 
+// The faults injected since the soak last took the log: those of the iteration that hung.
+void print_recent_faults(hal::Device& device, std::FILE* log) {
+  StatusOr<std::vector<hal::InjectedFault>> faults = hal::take_sim_fault_log(device);
+  if (!faults.ok()) return;
+  std::fprintf(log, "  faults injected in its iteration:%s\n", faults->empty() ? " none" : "");
+  for (const hal::InjectedFault& f : *faults) {
+    std::fprintf(log, "    fault #%llu (%s): %s\n", static_cast<unsigned long long>(f.id),
+                 std::string(hal::fault_site_name(f.site)).c_str(), f.what.c_str());
+  }
+}
+
 const char* mistake_name(SoakMistake m) {
   switch (m) {
     case SoakMistake::kNone: return "none";
@@ -149,6 +168,7 @@ struct LoggedFault {
   hal::InjectedFault fault;
   uint64_t iteration = 0;
   std::string activity;  // what the soak was doing when it was injected
+  bool reset = false;    // the Worker was reset in that iteration
 };
 
 // One run of a Worker batch.
@@ -182,6 +202,7 @@ class Soak {
     RuntimeOptions options;
     if (o_.mistake == SoakMistake::kNaiveCoherence) options.memory.policy = CoherencePolicy::kNaiveResidencyFlags;
     NPURT_ASSIGN_OR_RETURN(runtime_, Runtime::create_sim(sim, options));
+    watchdog_.on_expiry([device = runtime_->shared_device(), log = log_] { print_recent_faults(*device, log); });
     NPURT_RETURN_IF_ERROR(warm_up_transfers());
     baseline_ = runtime_->device().counters();
     baseline_images_ = runtime_->registry().stats().live_images;
@@ -215,9 +236,11 @@ class Soak {
 
   // ---- the faulted loop ----
   void loop() {
-    std::fprintf(log_, "soak: %llu runs, seed %llu, fault rate %g, hang rate %g, depth %u, run timeout %lld ms%s%s\n",
+    std::fprintf(log_,
+                 "soak: %llu runs, seed %llu, fault rate %g, hang rate %g, reset rate %g, depth %u, run timeout %lld "
+                 "ms%s%s\n",
                  static_cast<unsigned long long>(o_.runs), static_cast<unsigned long long>(o_.seed), o_.fault_rate,
-                 hang_rate_, o_.depth, static_cast<long long>(o_.run_timeout_ms),
+                 hang_rate_, o_.reset_rate, o_.depth, static_cast<long long>(o_.run_timeout_ms),
                  r_.hangs_enabled ? "" : " (no hang faults: the Worker has no run timeout)",
                  o_.mistake == SoakMistake::kNone ? "" : (std::string(", MISTAKE: ") + mistake_name(o_.mistake)).c_str());
     uint64_t next_progress = o_.runs / 10;
@@ -308,9 +331,19 @@ class Soak {
   void run_worker_batch(uint32_t runs) {
     std::vector<BatchRun> batch(runs);
     for (BatchRun& run : batch) submit_run(run);
+    if (!clean_ && std::uniform_real_distribution<double>(0, 1)(rng_) < o_.reset_rate) reset_worker();
     for (BatchRun& run : batch) {
       if (run.handle.valid()) finish_run(run);
     }
+  }
+
+  // With the batch in flight: its runs fail with kAborted (or completed before), and
+  // later runs must succeed.
+  void reset_worker() {
+    ++r_.resets;
+    reset_in_iteration_ = true;
+    Status st = watchdog_.guard("worker reset", [&] { return worker_->reset(); });
+    if (!st.ok()) note_error("worker reset", st, false);
   }
 
   // Private buffers for the run (allocations may fail too), fresh x, a poisoned y.
@@ -435,13 +468,14 @@ class Soak {
     std::string causes;
     for (hal::InjectedFault& f : *log) {
       causes += "\n    fault #" + std::to_string(f.id) + " (" + std::string(hal::fault_site_name(f.site)) + "): " + f.what;
-      logged_.push_back({std::move(f), iteration_, activity_});
+      logged_.push_back({std::move(f), iteration_, activity_, reset_in_iteration_});
     }
     for (SoakFinding& f : pending_findings_) {
       f.text += " [iteration " + std::to_string(iteration_) + "; faults injected in it:" + (causes.empty() ? " none" : causes) + "]";
       emit_finding(std::move(f));
     }
     pending_findings_.clear();
+    reset_in_iteration_ = false;
   }
 
   void note_error(const std::string& where, const Status& st, bool is_read) {
@@ -465,6 +499,8 @@ class Soak {
         ++site.surfaced;
       } else if (l.fault.site == hal::FaultSite::kDestroyStream) {
         ++site.retried;
+      } else if (l.reset) {
+        ++site.abandoned;
       } else {
         ++site.unsurfaced;
         add_finding("UNSURFACED", "fault #" + std::to_string(l.fault.id) + " (" +
@@ -477,6 +513,7 @@ class Soak {
       r_.faults_injected += s.injected;
       r_.faults_surfaced += s.surfaced;
       r_.faults_retried += s.retried;
+      r_.faults_abandoned += s.abandoned;
       r_.faults_unsurfaced += s.unsurfaced;
     }
   }
@@ -570,6 +607,7 @@ class Soak {
   std::string activity_;
   bool clean_ = false;
   bool in_iteration_ = false;
+  bool reset_in_iteration_ = false;
   std::vector<SoakFinding> pending_findings_;
   std::vector<LoggedFault> logged_;
   std::set<uint64_t> surfaced_;
@@ -588,6 +626,7 @@ StatusOr<SoakReport> run_soak(const SoakOptions& options, std::FILE* log) {
   if (options.runs == 0) return invalid_argument("soak: --runs must be at least 1");
   if (!(options.fault_rate >= 0 && options.fault_rate <= 1)) return invalid_argument("soak: --fault-rate must be in [0, 1]");
   if (options.hang_rate > 1) return invalid_argument("soak: --hang-rate must be at most 1");
+  if (!(options.reset_rate >= 0 && options.reset_rate <= 1)) return invalid_argument("soak: --reset-rate must be in [0, 1]");
   if (options.watchdog_ms <= 0) return invalid_argument("soak: --watchdog-ms must be positive");
   Soak soak(options, log);
   return soak.run();

@@ -32,6 +32,7 @@ struct SoakOptions {
   uint32_t cores = 4;
   uint32_t depth = 2;            // Worker pipeline slots
   int64_t run_timeout_ms = 250;  // Worker run timeout; 0: none (then hangs wait for the watchdog)
+  double reset_rate = 0.02;      // probability that the Worker is reset while a batch runs
   int64_t watchdog_ms = 20000;   // bound on every call, run and read
   uint32_t max_reported = 5;     // failures printed in full per kind
   SoakMistake mistake = SoakMistake::kNone;
@@ -44,7 +45,9 @@ struct SoakFinding {
 };
 
 struct SoakSiteFigures {
-  uint64_t injected = 0, surfaced = 0, retried = 0, unsurfaced = 0;
+  // abandoned: named by no error, in a batch a Worker reset abandoned (the reset's
+  // kAborted replaces the runs' own errors).
+  uint64_t injected = 0, surfaced = 0, retried = 0, abandoned = 0, unsurfaced = 0;
 };
 
 struct SoakReport {
@@ -54,13 +57,14 @@ struct SoakReport {
   uint64_t reads = 0, reads_failed = 0;
   uint64_t errors_without_fault_id = 0;  // failures naming no injected fault (timeouts, knock-ons)
   std::array<SoakSiteFigures, hal::kFaultSiteCount> sites{};
-  uint64_t faults_injected = 0, faults_surfaced = 0, faults_retried = 0, faults_unsurfaced = 0;
+  uint64_t faults_injected = 0, faults_surfaced = 0, faults_retried = 0, faults_abandoned = 0, faults_unsurfaced = 0;
+  uint64_t resets = 0;  // Worker::reset calls with a batch in flight
   uint64_t wrong_results = 0;
   uint64_t unrecovered = 0;  // data or a workload that did not come back once faults stopped
   uint64_t hangs = 0;
   int64_t leaked_bytes = 0, leaked_streams = 0, leaked_events = 0, leaked_images = 0;
   int64_t pooled_events = 0;  // kept by the memory context for reuse: not a leak
-  bool hangs_enabled = false;  // the Worker has a run timeout, so hang faults are injected
+  bool hangs_enabled = false;  // hang faults are injected (into Worker runs)
   double wall_seconds = 0;
   std::vector<SoakFinding> findings;  // the first few of each kind
 

@@ -17,17 +17,18 @@ void signed_row(std::FILE* out, const char* name, int64_t value) {
 }
 
 void site_table(std::FILE* out, const SoakReport& r) {
-  std::fprintf(out, "\n  %-26s %12s %10s %10s %11s\n", "faults by site", "injected", "surfaced", "retried",
-               "unsurfaced");
+  std::fprintf(out, "\n  %-26s %12s %10s %10s %10s %11s\n", "faults by site", "injected", "surfaced", "retried",
+               "abandoned", "unsurfaced");
+  auto line = [out](const std::string& name, const SoakSiteFigures& f) {
+    std::fprintf(out, "  %-26s %12llu %10llu %10llu %10llu %11llu\n", name.c_str(), static_cast<ull>(f.injected),
+                 static_cast<ull>(f.surfaced), static_cast<ull>(f.retried), static_cast<ull>(f.abandoned),
+                 static_cast<ull>(f.unsurfaced));
+  };
   for (size_t s = 0; s < hal::kFaultSiteCount; ++s) {
-    const SoakSiteFigures& f = r.sites[s];
-    std::fprintf(out, "  %-26s %12llu %10llu %10llu %11llu\n",
-                 std::string(hal::fault_site_name(static_cast<hal::FaultSite>(s))).c_str(), static_cast<ull>(f.injected),
-                 static_cast<ull>(f.surfaced), static_cast<ull>(f.retried), static_cast<ull>(f.unsurfaced));
+    line(std::string(hal::fault_site_name(static_cast<hal::FaultSite>(s))), r.sites[s]);
   }
-  std::fprintf(out, "  %-26s %12llu %10llu %10llu %11llu\n\n", "all", static_cast<ull>(r.faults_injected),
-               static_cast<ull>(r.faults_surfaced), static_cast<ull>(r.faults_retried),
-               static_cast<ull>(r.faults_unsurfaced));
+  line("all", {r.faults_injected, r.faults_surfaced, r.faults_retried, r.faults_abandoned, r.faults_unsurfaced});
+  std::fprintf(out, "\n");
 }
 
 }  // namespace
@@ -43,7 +44,8 @@ void print_soak_report(const SoakOptions& o, const SoakReport& r, std::FILE* out
   row(out, "  failed", r.runs_failed);
   row(out, "reads", r.reads);
   row(out, "  failed", r.reads_failed);
-  row(out, "errors naming no fault", r.errors_without_fault_id, "  (timeouts, knock-on failures)");
+  row(out, "worker resets", r.resets);
+  row(out, "errors naming no fault", r.errors_without_fault_id, "  (resets, timeouts, knock-on failures)");
   site_table(out, r);
   row(out, "wrong results", r.wrong_results);
   row(out, "unrecovered", r.unrecovered, "  (lost data, workloads failing with faults off)");
