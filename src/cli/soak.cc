@@ -28,6 +28,7 @@ constexpr double kTolerance = 1e-3;           // rel-L2, f32 kernels against f32
 constexpr uint32_t kPoisonWord = 0x7fa5a5a5;  // a NaN that neither kernels nor faults write
 constexpr int kReadAttempts = 32;             // reads of a good output while faults still hit
 constexpr uint64_t kWeightCheckEvery = 64;    // iterations between checks of the shared weights
+constexpr size_t kErrorsKeptPerIteration = 8;  // shown with a fault no error named
 
 // Bounds every call, run and read. A blocked soak cannot report, so on expiry the
 // watchdog prints what hung and ends the process. It polls rather than being woken
@@ -169,6 +170,7 @@ struct LoggedFault {
   uint64_t iteration = 0;
   std::string activity;  // what the soak was doing when it was injected
   bool reset = false;    // the Worker was reset in that iteration
+  std::shared_ptr<const std::vector<std::string>> errors;  // the errors seen in that iteration
 };
 
 // One run of a Worker batch.
@@ -466,9 +468,11 @@ class Soak {
     StatusOr<std::vector<hal::InjectedFault>> log = hal::take_sim_fault_log(runtime_->device());
     if (!log.ok()) return emit_finding({"SOAK ERROR", "take_sim_fault_log: " + log.status().to_string()});
     std::string causes;
+    auto errors = std::make_shared<const std::vector<std::string>>(std::move(iteration_errors_));
+    iteration_errors_.clear();
     for (hal::InjectedFault& f : *log) {
       causes += "\n    fault #" + std::to_string(f.id) + " (" + std::string(hal::fault_site_name(f.site)) + "): " + f.what;
-      logged_.push_back({std::move(f), iteration_, activity_, reset_in_iteration_});
+      logged_.push_back({std::move(f), iteration_, activity_, reset_in_iteration_, errors});
     }
     for (SoakFinding& f : pending_findings_) {
       f.text += " [iteration " + std::to_string(iteration_) + "; faults injected in it:" + (causes.empty() ? " none" : causes) + "]";
@@ -481,6 +485,7 @@ class Soak {
   void note_error(const std::string& where, const Status& st, bool is_read) {
     const std::vector<uint64_t> ids = fault_ids(st.message());
     if (ids.empty()) count(r_.errors_without_fault_id);
+    if (iteration_errors_.size() < kErrorsKeptPerIteration) iteration_errors_.push_back(where + ": " + st.to_string());
     if (is_read && o_.mistake == SoakMistake::kForgetErrors) return;
     surfaced_.insert(ids.begin(), ids.end());
     if (o_.max_reported > 0 && first_errors_printed_ < o_.max_reported) {
@@ -503,10 +508,7 @@ class Soak {
         ++site.abandoned;
       } else {
         ++site.unsurfaced;
-        add_finding("UNSURFACED", "fault #" + std::to_string(l.fault.id) + " (" +
-                                      std::string(hal::fault_site_name(l.fault.site)) + ": " + l.fault.what +
-                                      "), injected in iteration " + std::to_string(l.iteration) + " (" +
-                                      l.activity + "), named by no error");
+        add_finding("UNSURFACED", unsurfaced_text(l));
       }
     }
     for (const SoakSiteFigures& s : r_.sites) {
@@ -516,6 +518,15 @@ class Soak {
       r_.faults_abandoned += s.abandoned;
       r_.faults_unsurfaced += s.unsurfaced;
     }
+  }
+
+  static std::string unsurfaced_text(const LoggedFault& l) {
+    std::string text = "fault #" + std::to_string(l.fault.id) + " (" + std::string(hal::fault_site_name(l.fault.site)) +
+                       ": " + l.fault.what + "), injected in iteration " + std::to_string(l.iteration) + " (" +
+                       l.activity + "), named by no error; errors seen in that iteration:";
+    if (l.errors->empty()) text += " none";
+    for (const std::string& e : *l.errors) text += "\n    " + e;
+    return text;
   }
 
   // ---- the end ----
@@ -609,6 +620,7 @@ class Soak {
   bool in_iteration_ = false;
   bool reset_in_iteration_ = false;
   std::vector<SoakFinding> pending_findings_;
+  std::vector<std::string> iteration_errors_;
   std::vector<LoggedFault> logged_;
   std::set<uint64_t> surfaced_;
   std::map<std::string, uint64_t> findings_per_kind_;
