@@ -45,7 +45,7 @@ TEST(Soak, NaiveCoherenceGivesWrongResults) {
 
 TEST(Soak, ForgottenReadErrorsLeaveFaultsUnsurfaced) {
   // Read-backs fail often enough at this rate that some fault surfaces only in a read.
-  const SoakReport r = soak(SoakMistake::kForgetErrors, 0.05);
+  const SoakReport r = soak(SoakMistake::kForgetErrors, 0.05, 400);
   EXPECT_GT(r.faults_injected, 0u);
   EXPECT_GT(r.sites[static_cast<size_t>(hal::FaultSite::kCopyToHost)].unsurfaced, 0u);
   EXPECT_FALSE(r.passed());
