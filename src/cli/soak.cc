@@ -154,6 +154,11 @@ void print_recent_faults(hal::Device& device, std::FILE* log) {
     std::fprintf(log, "    fault #%llu (%s): %s\n", static_cast<unsigned long long>(f.id),
                  std::string(hal::fault_site_name(f.site)).c_str(), f.what.c_str());
   }
+  // A hung launch enters the log only when it ends, so count the hangs drawn instead.
+  if (StatusOr<hal::FaultStats> stats = hal::sim_fault_stats(device); stats.ok()) {
+    std::fprintf(log, "  kernel hangs injected under the current plan: %llu\n",
+                 static_cast<unsigned long long>(stats->injected[static_cast<size_t>(hal::FaultSite::kKernelHang)]));
+  }
 }
 
 const char* mistake_name(SoakMistake m) {
