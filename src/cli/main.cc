@@ -1,4 +1,4 @@
-// The npurt command: `npurt generate`, `npurt demo`, `npurt disasm FILE`, `npurt info MODEL`.
+// The npurt command: `npurt generate`, `npurt demo`, `npurt soak`, `npurt disasm FILE`, `npurt info MODEL`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "cli/generate.h"
+#include "cli/soak.h"
 #include "npurt/isa/disasm.h"
 #include "npurt/version.h"
 
@@ -46,6 +47,36 @@ int main(int argc, char** argv) {
   demo->add_option("--cores", cores, "logical cores of the simulated NPU")->check(CLI::Range(1, 1024));
   demo->add_flag("--sanitize", sanitize, "run with the simulator's hazard sanitizer on");
   demo->add_option("--seed", seed, "random seed for the inputs");
+
+  npurt::cli::SoakOptions soak;
+  auto* soak_cmd = app.add_subcommand("soak", "sequence calls and pipelined worker runs on the simulated NPU while it "
+                                              "injects faults: checks results, errors, hangs and leaks");
+  soak_cmd->add_option("--runs", soak.runs, "sequence calls plus worker runs")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
+      ->capture_default_str();
+  soak_cmd->add_option("--fault-rate", soak.fault_rate, "probability that one device operation fails, every site")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  soak_cmd->add_option("--hang-rate", soak.hang_rate,
+                       "probability that a launch of a worker run hangs (default: fault rate / 10 with a run timeout)")
+      ->check(CLI::Range(0.0, 1.0));
+  soak_cmd->add_option("--seed", soak.seed, "seed of the inputs, the workload choices and the faults")
+      ->capture_default_str();
+  soak_cmd->add_option("--cores", soak.cores, "logical cores of the simulated NPU")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  soak_cmd->add_option("--depth", soak.depth, "worker pipeline slots")->check(CLI::Range(1, 8))->capture_default_str();
+  soak_cmd->add_option("--run-timeout-ms", soak.run_timeout_ms,
+                       "worker run timeout, which ends hung runs (0: none, hangs then wait for the watchdog)")
+      ->check(CLI::Range(int64_t{0}, int64_t{3600} * 1000))
+      ->capture_default_str();
+  soak_cmd->add_option("--reset-rate", soak.reset_rate, "probability that the worker is reset while a batch runs")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  soak_cmd->add_option("--watchdog-ms", soak.watchdog_ms, "bound on every call, run and read")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600} * 1000))
+      ->capture_default_str();
+  soak_cmd->add_option("--report", soak.max_reported, "failures printed in full per kind")->capture_default_str();
 
   std::string file;
   auto* disasm = app.add_subcommand("disasm", "verify a kernel image file and print its disassembly");
@@ -92,6 +123,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (generate->parsed()) return npurt::cli::run_generate(gen);
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
+  if (soak_cmd->parsed()) return npurt::cli::run_soak_command(soak);
   if (disasm->parsed()) return disasm_file(file);
   if (info->parsed()) return npurt::cli::run_info(model);
   return 1;
