@@ -2,6 +2,7 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 MODEL = models/gemma-3-270m-q4_k_m.gguf
@@ -13,7 +14,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 # reports still name file and line.
 ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 
-.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-python test-install fuzz bench bench-ops bench-comm bench-parallel clean model
+.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-tsan test-python test-install fuzz bench bench-ops bench-comm bench-parallel clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -39,6 +40,24 @@ test-asan: deps
 	cmake -S . -B $(ASAN_BUILD) $(CMAKE_COMMON) $(ASAN_FLAGS) -DNPURT_SANITIZE=ON -DNPURT_BENCH=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer over the layers that run threads of their own: memory (the write
+# tracker's fault handler, transfers on pool streams), exec (the worker's progress
+# thread) and graph, all on the simulated device (a thread per stream, a pool per
+# device for its cores). Only those test binaries are built; their tests carry the
+# binary's name as CTest label. A race or lock-order inversion fails its test at the
+# first report (halt_on_error); second_deadlock_stack shows where each of the two
+# locks was taken. TSan's own SIGSEGV handling stays on (no handle_segv=0): its
+# sigaction interceptor hands the write faults of tracked mode to the tracker's
+# handler, and only a fault the tracker does not own reaches TSan's crash report.
+# NPURT_SANITIZE=OFF: a stale cache of an ASan configuration is reconfigured, not refused.
+TSAN_TESTS = memory_test memory_system_test exec_test graph_test
+TSAN_LABELS = ^(memory_test|memory_system_test|exec_test|graph_test)$$
+TSAN_ENV = TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) $(CMAKE_COMMON) $(ASAN_FLAGS) -DNPURT_TSAN=ON -DNPURT_SANITIZE=OFF -DNPURT_BENCH=OFF >/dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TESTS)
+	cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS) -L '$(TSAN_LABELS)'
 
 # The Python package: built into .venv by pip through scikit-build-core (build tree in
 # build-python/, reused), then its pytest suite.
@@ -104,4 +123,4 @@ model:
 	@bash scripts/install-model.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) build-python build-install
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) build-python build-install

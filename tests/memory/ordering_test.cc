@@ -27,6 +27,16 @@ int64_t spin_count(bool ordered) {
   return ordered ? 300'000 : 3'000'000;
 }
 
+// Run unordered, a hazard races on device memory on purpose: the host or one
+// stream touches bytes a kernel on another still reads or writes. ThreadSanitizer
+// rightly reports that race, so under it only the ordered runs (which must be free
+// of races) take place; the other builds still show the hazards go wrong unordered.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kRunUnordered = false;
+#else
+constexpr bool kRunUnordered = true;
+#endif
+
 MemoryOptions ordering(bool on) {
   MemoryOptions o;
   o.order_conflicting_work = on;
@@ -48,6 +58,7 @@ void expect_caught(Hazard run, const char* broken) {
   uint64_t waits = 0;
   EXPECT_EQ(run(true, &want, &waits), want);
   EXPECT_EQ(waits, 1u);
+  if (!kRunUnordered) return;
   EXPECT_NE(run(false, &want, &waits), want) << broken;
 }
 
@@ -84,6 +95,7 @@ TEST(Ordering, UploadWaitsForAKernelStillReadingTheOldBytes) {
   EXPECT_EQ(ok.fast_saw, ok.new_values);
   EXPECT_EQ(ok.device_waits, 1u);  // stream 2 waited for the reader on stream 1
 
+  if (!kRunUnordered) return;
   const WarResult broken = upload_while_a_kernel_reads(false);
   EXPECT_EQ(broken.slow_saw, broken.new_values) << "without waits the upload overtakes the reader";
 }

@@ -446,7 +446,7 @@ void write_to_untracked_protected_page(Mechanism mechanism) {
 
 TEST_P(WriteTrackerTest, WriteToAnUntrackedProtectedPageStillCrashes) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // The sanitizer's handler, installed before ours, reports the crash.
   EXPECT_DEATH(write_to_untracked_protected_page(GetParam()), "SEGV");
 #else
