@@ -188,12 +188,13 @@ Spec decode_spec(Reader& r) {
     SequenceStep st{decode_op(r), {}};
     if (st.op->validate().ok()) {
       for (const isa::ArgSpec& arg : st.op->signature()) st.bindings.push_back(decode_binding(r, arg, uses));
-      if (r.byte() == 0xFF) st.bindings.pop_back();  // a binding too few (or too many, when there were none)
+      const uint8_t miscount = r.byte();  // 0xFF: a binding too few, 0xFE: one too many
+      if (miscount == 0xFF && !st.bindings.empty()) st.bindings.pop_back();
+      if (miscount == 0xFE) st.bindings.push_back("a");
     } else {
       // Its signature is meaningless; compile() must stop at validate().
       st.bindings.assign(r.small(3), "a");
     }
-    if (st.bindings.empty() && r.byte() == 0xFF) st.bindings.push_back("a");
     s.steps.push_back(std::move(st));
   }
   for (const auto& [name, use] : uses) {
