@@ -5,6 +5,8 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
+# libFuzzer targets, fuzz/fuzz_<name>.cc with seeds in fuzz/seeds/<name>/; each runs FUZZ_SECONDS.
+FUZZ_TARGETS = verifier gguf tokenizer sequence
 MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 # The compiler cache keys on paths relative to the checkout, so a fresh clone elsewhere
@@ -67,10 +69,11 @@ test-python: deps
 
 fuzz: deps
 	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPURT_FUZZ=ON -DNPURT_BENCH=OFF >/dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_verifier fuzz_gguf
-	mkdir -p $(FUZZ_BUILD)/corpus/verifier $(FUZZ_BUILD)/corpus/gguf
-	./$(FUZZ_BUILD)/fuzz/fuzz_verifier -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/verifier fuzz/seeds/verifier
-	./$(FUZZ_BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/gguf fuzz/seeds/gguf
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  ./$(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/$$t fuzz/seeds/$$t; \
+	done
 
 # npurt as a dependency: install into a temporary prefix, build examples/cpp against it
 # (CMake and pkg-config), install the wheel into a fresh virtual environment and run

@@ -198,6 +198,15 @@ StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::ma
     }
     NPURT_RETURN_IF_ERROR(check_step_overlaps(i, st, sig, an.buffers));
   }
+  // A fused kernel has one argument per distinct binding, so a scalar spelled like a
+  // buffer binding would be read from the buffer's argument (or the buffer's code
+  // from the scalar's); each name is one or the other.
+  for (const auto& [scalar, dtype] : an.scalars) {
+    const StatusOr<BufferRef> ref = parse_ref(scalar);
+    if (ref.ok() && an.buffers.count(ref->name)) {
+      return invalid_argument("'" + scalar + "' is bound both as a scalar and as buffer '" + ref->name + "'");
+    }
+  }
   for (const std::string& in : inputs) {
     const auto it = an.buffers.find(in);
     if (it == an.buffers.end()) return invalid_argument("input '" + in + "' is bound by no step");

@@ -481,6 +481,7 @@ TEST(OperatorSequence, LayoutErrorsNameStepAndBinding) {
   auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 64});
   auto add_bf16 = std::make_shared<ops::Elementwise>(
       ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 64, .dtype = DType::kBF16});
+  auto rope = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = 1, .head_dim = 64});
   struct Case {
     OperatorSequence seq;
     const char* message;
@@ -502,6 +503,12 @@ TEST(OperatorSequence, LayoutErrorsNameStepAndBinding) {
       {OperatorSequence("s", {{add, {"a", "b"}}}, {}, {}, sizes), "step 0 (add f32 64): binds 2 names to 3 arguments"},
       {OperatorSequence("s", {{add, {"a", "b[3", "c"}}}, {}, {}, sizes), "binding 'b[3' is not name or name[first:last]"},
       {OperatorSequence("s", {{add, {"a", "b", "c"}}}, {"zzz"}, {}, sizes), "input 'zzz' is bound by no step"},
+      // Fused, the scalar would read the buffer's argument (0 on the device) while
+      // separate dispatch asks for its value: a name is a buffer or a scalar.
+      {OperatorSequence("s", {{rope, {"a", "c", "pos", "a"}}}, {"a"}, {"c"}, sizes),
+       "'a' is bound both as a scalar and as buffer 'a'"},
+      {OperatorSequence("s", {{rope, {"a", "c", "b", "base"}}, {add, {"a", "b", "big[0:64]"}}}, {"a"}, {}, sizes),
+       "'b' is bound both as a scalar and as buffer 'b'"},
   };
   Rig rig;
   for (const Case& c : cases) {

@@ -8,6 +8,7 @@
 
 #include "models/gguf_writer.h"
 #include "models/real_model.h"
+#include "models/synthetic_vocab.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -26,63 +27,24 @@ namespace {
 
 constexpr int32_t kPad = 0, kEos = 1, kBos = 2, kUnk = 3, kStartOfTurn = 4, kEndOfTurn = 5;
 constexpr int32_t kFirstByte = 6;  // <0x00> .. <0xFF> follow the control tokens
-constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kByte = 6;
+constexpr int32_t kNormal = SyntheticVocab::kNormal;
 
-const std::string kSpace = "\xE2\x96\x81";  // U+2581
+const std::string& kSpace = kSpaceMarker;
 
-// Builds a vocabulary: the control tokens at Gemma's ids, optionally all 256 byte
-// tokens, then the pieces added with add().
-struct VocabBuilder {
-  explicit VocabBuilder(bool with_bytes = true, bool with_turns = true) {
-    add_typed("<pad>", 0, kControl);
-    add_typed("<eos>", 0, kControl);
-    add_typed("<bos>", 0, kControl);
-    add_typed("<unk>", 0, kUnknown);
-    if (with_turns) {
-      add_typed("<start_of_turn>", 0, kControl);
-      add_typed("<end_of_turn>", 0, kControl);
-    }
-    if (with_bytes) {
-      for (int b = 0; b < 256; ++b) {
-        char text[8];
-        std::snprintf(text, sizeof(text), "<0x%02X>", b);
-        add_typed(text, 0, kByte);
-      }
-    }
-  }
-  int32_t add_typed(const std::string& text, float score, int32_t type) {
-    tokens.push_back(text);
-    scores.push_back(score);
-    types.push_back(type);
-    return static_cast<int32_t>(tokens.size() - 1);
-  }
-  int32_t add(const std::string& text, float score) { return add_typed(text, score, kNormal); }
+// A synthetic vocabulary that builds its tokenizer as a test expectation.
+struct VocabBuilder : SyntheticVocab {
+  using SyntheticVocab::SyntheticVocab;
 
   Tokenizer build(Tokenizer::Specials s = {}) const {
     StatusOr<Tokenizer> t = Tokenizer::from_vocab(tokens, scores, types, s);
     EXPECT_TRUE(t.ok()) << t.status().to_string();
     return std::move(t).value();
   }
-
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
 };
 
-// A richer vocabulary: printable ASCII, "▁", a few words with every prefix as a
-// piece (so each word is reachable by pairwise merges) and some inner pieces.
 VocabBuilder word_vocab() {
   VocabBuilder v;
-  v.add(kSpace, -1);
-  for (char c = '!'; c <= '~'; ++c) v.add(std::string(1, c), -50);
-  v.add("\n", -50);
-  for (const std::string w : {"the", "capital", "of", "France", "is"}) {
-    const std::string word = kSpace + w;
-    for (size_t n = kSpace.size() + 1; n <= word.size(); ++n) {
-      v.add(word.substr(0, n), -static_cast<float>(word.size() - n + 1));
-    }
-  }
-  for (const std::string p : {"th", "he", "the", "ca", "pi", "tal"}) v.add(p, -5);
+  v.add_word_pieces();
   return v;
 }
 

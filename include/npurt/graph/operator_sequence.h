@@ -14,7 +14,7 @@
 // Bindings. Step i binds one name per argument of its operator's signature, in
 // order: buffer names for buffers ("x", or a slice "kv[256:512]" in elements of the
 // buffer's dtype) and scalar names for scalars ("pos"), whose values are given per
-// call. A buffer's dtype is that of the arguments bound to it (all must agree) and
+// call; no name may be both. A buffer's dtype is that of the arguments bound to it (all must agree) and
 // its size, in elements, is given in `buffer_sizes`; a binding's element count must
 // equal the argument's.
 //
@@ -45,7 +45,7 @@
 //
 // Errors from compile() name the step (index and operator) and the binding: unknown
 // buffer, dtype or size mismatch, slice out of range, bad overlap, an input written
-// by a step, a missing size.
+// by a step, a missing size, a name bound both as a buffer and as a scalar.
 #pragma once
 
 #include <cstdint>
