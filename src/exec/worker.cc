@@ -362,13 +362,16 @@ void Worker::retire(Run& run) {
       // Staging failed and so did work it had enqueued: both are told.
       final_status = Status(final_status.code(), final_status.message() + "; its stream failed too: " + synced.to_string());
     }
+    // A staging error is kept in the message of a timeout or an abandonment.
+    const std::string staging = run.status.ok() ? "" : "; staging had failed: " + run.status.to_string();
     if (run.abandoned.load(std::memory_order_acquire)) {
-      final_status = aborted("abandoned by a reset of worker " + std::to_string(id_) + " (" + synced.to_string() + ")");
+      final_status = aborted("abandoned by a reset of worker " + std::to_string(id_) + " (" + synced.to_string() +
+                             ")" + staging);
       outcome = RunOutcome::kAbandoned;
     } else if (run.timed_out) {
       final_status = deadline_exceeded("did not finish within " + std::to_string(options_.run_timeout.count()) +
                                        " ms; its stream " + std::to_string(stream) + " was aborted (" +
-                                       synced.to_string() + ")");
+                                       synced.to_string() + ")" + staging);
       outcome = RunOutcome::kTimedOut;
     } else if (!final_status.ok()) {
       outcome = RunOutcome::kFailed;

@@ -107,8 +107,21 @@ void FenceTable::learn(uint32_t slot, const Status& result) {
   Slot& s = slots_[slot];
   if (s.state != SlotState::kPending) return;
   Track& t = tracks_[s.track];
+  if (!result.ok()) {
+    // The stream's earlier fences completed too, but a failure proves nothing about
+    // how: each one not yet learned is asked (their events are still theirs), so that
+    // one which failed is never taken for a success.
+    for (uint32_t p : t.pending) {
+      Slot& e = slots_[p];
+      if (e.state != SlotState::kPending || e.seq <= t.done || e.seq >= s.seq) continue;
+      StatusOr<bool> complete = device_->event_query(e.event);
+      if (!complete.ok()) fail(p, complete.status());
+    }
+    fail(slot, result);
+  }
+  // A success proves every earlier fence of the stream succeeded: a stream's error
+  // fails everything after it.
   t.done = std::max(t.done, s.seq);
-  if (!result.ok()) fail(slot, result);
 }
 
 void FenceTable::fail(uint32_t slot, Status failure) {

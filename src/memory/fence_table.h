@@ -14,7 +14,9 @@
 //
 // Completion knowledge is per stream: fences on one stream complete in the order
 // they were recorded, so learning that fence n completed proves every earlier fence
-// of that stream did too, without querying them.
+// of that stream did too, without querying them; and learning that it succeeded
+// proves they succeeded (a stream's failure fails everything after it). Learning that
+// it failed proves nothing about them, so they are asked then.
 //
 // A fence whose stream failed keeps its slot (marked failed, with the error) and is
 // never reused, so a host read of bytes it should have written reports that error

@@ -120,6 +120,31 @@ TEST(FaultRecovery, AnUnrecordableLaunchIsStoppedAndCountsAsFailed) {
   }
 }
 
+// Two launches on one stream; the first one's upload fails, so the second fails too.
+// Learning the second's failure first (a read of its output) must not make the first
+// count as a success: its uploads must be sent again.
+TEST(FaultRecovery, LearningALaterFailureFirstStillMarksTheEarlierWorkFailed) {
+  MemoryRig rig;
+  Buffer x = rig.buffer(kBytes, "x"), y = rig.buffer(kBytes, "y"), z = rig.buffer(kBytes, "z");
+  Buffer w = rig.buffer(kBytes, "w"), a = rig.buffer(kBytes, "a"), b = rig.buffer(kBytes, "b");
+  Buffer c = rig.buffer(kBytes, "c");
+  const auto hx = random_floats(kN, 8), hy = random_floats(kN, 9);
+  write_floats(*rig.ctx, x.view(), hx);
+  write_floats(*rig.ctx, y.view(), hy);
+  write_floats(*rig.ctx, z.view(), hy);
+  NPURT_ASSERT_OK(rig.ctx->to_device(z.view()));
+  // A slow kernel on the other stream writes w; the first launch reads it, so its
+  // stream waits there and both launches are enqueued before anything fails.
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kSlowCopy, {LaunchArg::scalar_i64(200000), z.view(), w.view()}, rig.stream2));
+  inject(*rig.device, FaultSite::kCopyToDevice);  // x's upload
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kAdd, {x.view(), w.view(), a.view()}));
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {y.view(), b.view()}));
+  EXPECT_FALSE(rig.ctx->read(b.view()).ok());  // learns the second launch's failure
+  stop_injecting(*rig.device);
+  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), c.view()}, rig.stream2));
+  EXPECT_EQ(read_floats(*rig.ctx, c.view()), hx);
+}
+
 // After a device reset, the context's own transfers get a fresh stream: the reset
 // costs no later call.
 TEST(FaultRecovery, AfterAResetTransfersWorkAtOnce) {
