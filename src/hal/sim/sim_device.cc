@@ -816,7 +816,10 @@ class SimDevice final : public Device {
                                std::to_string(injected->block) + ", after " +
                                std::to_string(injected->instruction) + " instructions" +
                                (ctx.inject_hang ? ": hung" : "");
-      Status reported = faulted ? faults[first - fault_block.begin()] : aborted("kernel '" + name + "' aborted");
+      Status reported = faulted ? faults[first - fault_block.begin()]
+                                : aborted("kernel '" + name + "' on stream " + std::to_string(s.id) +
+                                          " aborted before its injected fault #" + std::to_string(injected->id) +
+                                          " struck");
       faults_.error(*injected, reported.code(), what).ignore();  // logged; the core's own error says the rest
       bump([](Counters& k) { ++k.faults_injected; });
       return reported;
