@@ -12,7 +12,9 @@
 // --peer-json prints one repetition of the prefill-64, prefill-512 and decode-128
 // figures as one JSON line (what `make bench-peer` alternates with llama.cpp).
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +31,7 @@
 #include "memory_peers.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/tokenizer.h"
+#include "npurt/ops/gemv.h"
 #include "npurt/ops/prefill_attention.h"
 #include "npurt/ops/weight_gemm.h"
 #include "op_runner.h"
@@ -68,6 +71,8 @@ T or_die(StatusOr<T> v, const char* what) {
 struct Args {
   std::string model = std::getenv("NPURT_MODEL") ? std::getenv("NPURT_MODEL") : "models/gemma-3-270m-q4_k_m.gguf";
   std::string prompt_file = "bench/peer_prompt.txt";
+  std::string repeat_file = "bench/repeat_prompt.txt";  // a continuation that repeats itself
+  int speculate = 7;
   int tokens = 128, reps = 5, cores = 8;
   int chunk = static_cast<int>(models::Gemma3Options::kDefaultPrefillChunk);
   bool peer_json = false;
@@ -86,6 +91,20 @@ struct Figures {
   double prefill64 = 0, prefill512 = 0, decode = 0, ttft512 = 0;
 };
 
+// Decode tokens/s of `tokens` greedy tokens after `prompt`, with `speculate` drafts
+// per verify step (0: plain), and the run's figures.
+struct Decode {
+  double tokens_per_s = 0;
+  models::GenerateStats stats;
+};
+Decode decode_run(models::Gemma3Model& model, const std::vector<int32_t>& prompt, int tokens, int speculate) {
+  Decode d;
+  or_die(models::generate(model, prompt, tokens + 1, nullptr, {}, &d.stats, {.speculate = speculate, .drafter = {}}),
+         "decode");
+  d.tokens_per_s = d.stats.decoded_tokens() / d.stats.decode_seconds;
+  return d;
+}
+
 // One repetition: prefill of 64 and 512 tokens, then `tokens` decode steps after the 64.
 Figures measure(models::Gemma3Model& model, const std::vector<int32_t>& p64, const std::vector<int32_t>& p512,
                 int tokens) {
@@ -96,8 +115,30 @@ Figures measure(models::Gemma3Model& model, const std::vector<int32_t>& p64, con
   f.ttft512 = st.prefill_seconds;
   or_die(models::generate(model, p64, tokens + 1, nullptr, {}, &st), "decode");
   f.prefill64 = st.prompt_tokens / st.prefill_seconds;
-  f.decode = st.decode_steps / st.decode_seconds;
+  f.decode = st.decoded_tokens() / st.decode_seconds;
   return f;
+}
+
+// Median seconds of a verify step of `n` tokens at position `at` (after a prefill of
+// `prompt`), each run rewound so every repetition sees the same cache; n = 0 times a
+// plain decode step instead.
+double verify_seconds(models::Gemma3Model& model, const std::vector<int32_t>& prompt, int n, int reps) {
+  or_die(model.reset().ok() ? StatusOr<int>(0) : StatusOr<int>(internal_error("reset")), "reset");
+  or_die(model.prefill(prompt), "prefill");
+  const int32_t at = model.position();
+  const std::vector<int32_t> tokens(prompt.begin(), prompt.begin() + std::max(n, 1));
+  std::vector<double> s;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    if (n == 0) {
+      or_die(model.step(tokens[0]), "step");
+    } else {
+      or_die(model.verify(tokens), "verify");
+    }
+    s.push_back(seconds_since(t0));
+    or_die(model.rewind(at).ok() ? StatusOr<int>(0) : StatusOr<int>(internal_error("rewind")), "rewind");
+  }
+  return median(s);
 }
 
 // Matrix FLOPs of one prompt token (projections and MLP) and of its attention at
@@ -167,6 +208,47 @@ void print_breakdown(const models::GgufFile& file, const models::Gemma3Config& c
               chunk_seconds - sum, 100 * (chunk_seconds - sum) / chunk_seconds);
 }
 
+// Where a verify step of T tokens goes: each distinct projection and the LM head as a
+// GEMV over T vectors, timed alone on the same simulated NPU (random data of the real
+// shapes), times its count per step, next to the same at T = 1.
+void print_verify_breakdown(const models::GgufFile& file, const models::Gemma3Config& c, uint32_t cores, uint32_t T) {
+  hal::SimOptions so;
+  so.num_cores = cores;
+  const uint64_t hidden = c.hidden, q = uint64_t(c.n_heads) * c.head_dim, kv = uint64_t(c.n_kv_heads) * c.head_dim;
+  const std::map<std::string, std::pair<uint64_t, uint64_t>> shapes = {
+      {"attn_q", {q, hidden}},          {"attn_k", {kv, hidden}},     {"attn_v", {kv, hidden}},
+      {"attn_output", {hidden, q}},     {"ffn_gate", {c.ffn, hidden}}, {"ffn_up", {c.ffn, hidden}},
+      {"ffn_down", {hidden, c.ffn}}};
+  // (what, dtype) -> [count, m, k]
+  std::map<std::pair<std::string, isa::DType>, std::array<uint64_t, 3>> gemvs;
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (const auto& [role, mk] : shapes) {
+      const models::GgufTensor* t = file.tensor(models::gemma3_block_tensor(l, role.c_str()));
+      auto& g = gemvs[{role, t->dtype}];
+      g = {g[0] + 1, mk.first, mk.second};
+    }
+  }
+  const models::GgufTensor* head = models::gemma3_output_weight(file);
+  gemvs[{"lm_head", head->dtype}] = {1, uint64_t(c.vocab), hidden};
+  std::printf("  where a verify step's GEMVs go (each timed alone, times its count per step):\n");
+  std::printf("    %-22s %10s %9s%-2u %7s\n", "gemv", "T = 1", "T = ", T, "ratio");
+  double sum1 = 0, sumT = 0;
+  for (const auto& [key, g] : gemvs) {
+    double s[2];
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t batch = i == 0 ? 1 : T;
+      ops::Gemv op({.m = g[1], .k = g[2], .weight = key.second, .batch = batch});
+      bench::OpRunner run(op, {}, so);
+      s[i] = median_launch_seconds(run, 5) * double(g[0]);
+    }
+    sum1 += s[0];
+    sumT += s[1];
+    const std::string what = key.first + " " + std::string(isa::dtype_name(key.second)) + " x" + std::to_string(g[0]);
+    std::printf("    %-22s %8.2f ms %8.2f ms %6.2fx\n", what.c_str(), s[0] * 1e3, s[1] * 1e3, s[1] / s[0]);
+  }
+  std::printf("    %-22s %8.2f ms %8.2f ms %6.2fx\n", "all GEMVs", sum1 * 1e3, sumT * 1e3, sumT / sum1);
+}
+
 // The tile matrix multiply's peak on this simulated NPU: every core multiplying local
 // tiles of WeightGemm's shape (64 x 256 by 256 x 64, B in place) in a loop, with no
 // memory traffic. GFLOP/s, median of 5 launches.
@@ -225,6 +307,8 @@ int main(int argc, char** argv) {
     else if (has && !std::strcmp(argv[i], "--cores")) a.cores = std::atoi(argv[++i]);
     else if (has && !std::strcmp(argv[i], "--prefill-chunk")) a.chunk = std::atoi(argv[++i]);
     else if (has && !std::strcmp(argv[i], "--prompt-file")) a.prompt_file = argv[++i];
+    else if (has && !std::strcmp(argv[i], "--repeat-prompt-file")) a.repeat_file = argv[++i];
+    else if (has && !std::strcmp(argv[i], "--speculate")) a.speculate = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "model_bench: unknown or incomplete option %s\n", argv[i]);
       return 1;
@@ -243,22 +327,43 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model_bench: cannot read the prompt file %s\n", a.prompt_file.c_str());
     return 1;
   }
-  std::stringstream text;
+  std::stringstream text, repeat_text;
   text << in.rdbuf();
+  std::ifstream repeat_in(a.repeat_file);
+  if (!repeat_in) {
+    std::fprintf(stderr, "model_bench: cannot read the prompt file %s\n", a.repeat_file.c_str());
+    return 1;
+  }
+  repeat_text << repeat_in.rdbuf();
+  if (a.speculate < 1 || a.speculate > 15) {
+    std::fprintf(stderr, "model_bench: --speculate must be 1 .. 15\n");
+    return 1;
+  }
   models::GgufFile file = or_die(models::GgufFile::open(a.model), "open");
   models::Tokenizer tok = or_die(models::Tokenizer::from_gguf(file), "tokenizer");
   const std::vector<int32_t> p64 = prompt_of(tok, text.str(), 64), p512 = prompt_of(tok, text.str(), 512);
+  std::string repeat = repeat_text.str();
+  while (!repeat.empty() && std::isspace(static_cast<unsigned char>(repeat.back()))) repeat.pop_back();
+  const std::vector<int32_t> p_repeat = or_die(tok.encode(repeat), "encode");
   const uint32_t cores = static_cast<uint32_t>(a.cores);
-  const uint32_t context = 512 + static_cast<uint32_t>(a.tokens) + 1;
+  const uint32_t context = 512 + static_cast<uint32_t>(a.tokens) + 1;  // the repeating prompt is shorter than 512
   models::Gemma3Options mo{.max_context = context, .prefill_chunk = static_cast<uint32_t>(a.chunk)};
 
   if (a.peer_json) {
     auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
     const Figures f = measure(*sim, p64, p512, a.tokens);
+    const Decode prose = decode_run(*sim, p64, a.tokens, a.speculate);
+    const Decode rep_plain = decode_run(*sim, p_repeat, a.tokens, 0);
+    const Decode rep = decode_run(*sim, p_repeat, a.tokens, a.speculate);
     std::printf(
         "{\"prefill_64_tokens_per_s\": %.3f, \"prefill_512_tokens_per_s\": %.3f, \"decode_128_tokens_per_s\": %.3f, "
+        "\"decode_128_speculative_tokens_per_s\": %.3f, \"repeat_128_tokens_per_s\": %.3f, "
+        "\"repeat_128_speculative_tokens_per_s\": %.3f, \"repeat_tokens_per_pass\": %.3f, "
+        "\"prose_tokens_per_pass\": %.3f, \"speculate\": %d, "
         "\"ttft_512_s\": %.4f, \"host_threads\": %u, \"prefill_chunk\": %d, \"cores\": %d}\n",
-        f.prefill64, f.prefill512, f.decode, f.ttft512, std::thread::hardware_concurrency(), a.chunk, a.cores);
+        f.prefill64, f.prefill512, f.decode, prose.tokens_per_s, rep_plain.tokens_per_s, rep.tokens_per_s,
+        rep.stats.tokens_per_pass(), prose.stats.tokens_per_pass(), a.speculate, f.ttft512,
+        std::thread::hardware_concurrency(), a.chunk, a.cores);
     return 0;
   }
 
@@ -324,10 +429,43 @@ int main(int argc, char** argv) {
   std::printf("  DRAM read (4 streams/thread)   %10.1f GB/s\n", median(read_gbs));
   std::printf("  bandwidth floor                %10.1f tokens/s\n", floor_tps);
   std::printf("  decode / floor                 %10.2f   (target >= 0.60)\n", decode / floor_tps);
+  // Speculative decoding: plain and speculative decode of a continuation that repeats
+  // and of prose (the peer prompt), alternating, and the verify step's cost.
+  struct Pair {
+    std::vector<double> plain, spec, per_pass, accept;
+  } rep, prose;
+  for (int r = 0; r < a.reps; ++r) {
+    for (auto [prompt, pair] : {std::pair{&p_repeat, &rep}, std::pair{&p64, &prose}}) {
+      pair->plain.push_back(decode_run(model, *prompt, a.tokens, 0).tokens_per_s);
+      const Decode d = decode_run(model, *prompt, a.tokens, a.speculate);
+      pair->spec.push_back(d.tokens_per_s);
+      pair->per_pass.push_back(d.stats.tokens_per_pass());
+      pair->accept.push_back(d.stats.acceptance_rate());
+    }
+  }
+  std::printf("  speculative decode, up to %d drafts (prompt lookup), %d tokens:\n", a.speculate, a.tokens);
+  for (auto [what, pair] : {std::pair{"repeating list", &rep}, std::pair{"prose (peer prompt)", &prose}}) {
+    std::printf("    %-20s plain %6.1f tokens/s, speculative %6.1f tokens/s (%.2fx); %.2f tokens per pass, "
+                "%.0f%% of drafts accepted\n",
+                what, median(pair->plain), median(pair->spec), median(pair->spec) / median(pair->plain),
+                median(pair->per_pass), 100 * median(pair->accept));
+  }
+  // Speculative decoding: the verify step's cost against a plain step.
+  const std::vector<int32_t> p16(p64.begin(), p64.begin() + 16);
+  const double step_s = verify_seconds(model, p64, 0, 2 * a.reps + 1);
+  std::printf("  decode step at position 64     %10.2f ms (%zu launches; verify step %zu)\n", step_s * 1e3,
+              model.launches_per_step(), model.verify_sequence() ? model.verify_sequence()->launches_per_call() : 0);
+  for (int n : {1, 2, 4, 8, 16}) {
+    if (n > static_cast<int>(model.max_verify_tokens())) break;
+    const double v = verify_seconds(model, p64, n, 2 * a.reps + 1);
+    std::printf("  verify step of %2d tokens       %10.2f ms  %5.2fx a decode step%s\n", n, v * 1e3, v / step_s,
+                n == 8 ? "  (target <= 1.5)" : "");
+  }
   // Timed with the model's device gone, so its host threads do not compete.
   const uint32_t T = model.max_prefill_chunk();
   const models::Gemma3Config config = c;
   sim.reset();
   if (T > 0) print_breakdown(file, config, cores, T, T / median(p512_tps));
+  print_verify_breakdown(file, config, cores, 8);
   return 0;
 }

@@ -8,8 +8,11 @@ of the machine over the run. Both sides measure the same three figures on the sa
 token ids:
 
   prefill 64 / 512  the prompt's first N tokens evaluated at once; N / seconds
-  decode 128        after the 64-token prompt, 128 greedy steps of one token each;
-                    128 / seconds over those steps only
+  decode 128        after the 64-token prompt, 128 greedy tokens; 128 / seconds over
+                    the decoding only (one token per step; npurt also with
+                    speculation, drafts verified in one pass over the weights)
+  repeating 128     the same after bench/repeat_prompt.txt, whose greedy continuation
+                    repeats (a list), plain and (npurt) speculative
 
 The prompt is the text of bench/peer_prompt.txt with trailing whitespace removed,
 tokenized with BOS (no other special tokens) and cut to exactly N tokens. The text is
@@ -40,13 +43,19 @@ PREFILL_SIZES = (64, 512)
 DECODE_PROMPT = 64
 DECODE_STEPS = 128
 
-# (figure, the npurt JSON key, the row label)
+# (figure, the npurt JSON key, the row label, the llama.cpp figure it is set against:
+# llama.cpp always decodes one token per step)
 FIGURES = (
-    ("prefill_64", "prefill_64_tokens_per_s", "prefill 64 tokens"),
-    ("prefill_512", "prefill_512_tokens_per_s", "prefill 512 tokens"),
-    ("decode_128", "decode_128_tokens_per_s", "decode 128 tokens"),
+    ("prefill_64", "prefill_64_tokens_per_s", "prefill 64 tokens", "prefill_64"),
+    ("prefill_512", "prefill_512_tokens_per_s", "prefill 512 tokens", "prefill_512"),
+    ("decode_128", "decode_128_tokens_per_s", "decode 128 tokens", "decode_128"),
+    ("decode_128_spec", "decode_128_speculative_tokens_per_s", "  speculative", "decode_128"),
+    ("repeat_128", "repeat_128_tokens_per_s", "repeating list 128", "repeat_128"),
+    ("repeat_128_spec", "repeat_128_speculative_tokens_per_s", "  speculative", "repeat_128"),
 )
-NPURT_KEYS = tuple(key for _, key, _ in FIGURES) + ("host_threads", "prefill_chunk", "cores")
+NPURT_KEYS = tuple(key for _, key, _, _ in FIGURES) + (
+    "host_threads", "prefill_chunk", "cores", "speculate", "repeat_tokens_per_pass", "prose_tokens_per_pass")
+DEFAULT_REPEAT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repeat_prompt.txt")
 
 DEFAULT_PROMPT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_prompt.txt")
 
@@ -67,13 +76,15 @@ def parse_args():
                         "else the CPU count)")
     p.add_argument("--prompt-file", default=DEFAULT_PROMPT_FILE,
                    help="prompt text (default: bench/peer_prompt.txt)")
+    p.add_argument("--repeat-prompt-file", default=DEFAULT_REPEAT_FILE,
+                   help="a prompt whose continuation repeats (default: bench/repeat_prompt.txt)")
     args = p.parse_args()
     if args.reps < 1:
         p.error("--reps must be at least 1")
     if args.threads is not None and args.threads < 1:
         p.error("--threads must be at least 1")
     for path, what in ((args.model, "model"), (args.npurt_bench, "npurt bench"),
-                       (args.prompt_file, "prompt file")):
+                       (args.prompt_file, "prompt file"), (args.repeat_prompt_file, "repeat prompt file")):
         if not os.path.isfile(path):
             fail(f"{what} not found: {path}")
     return args
@@ -82,7 +93,7 @@ def parse_args():
 def run_npurt(args):
     """One npurt repetition; returns its JSON object."""
     cmd = [args.npurt_bench, "--model", args.model, "--peer-json",
-           "--prompt-file", args.prompt_file]
+           "--prompt-file", args.prompt_file, "--repeat-prompt-file", args.repeat_prompt_file]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
@@ -102,7 +113,7 @@ def run_npurt(args):
 
 
 class LlamaSide:
-    def __init__(self, model, threads, prompt_text):
+    def __init__(self, model, threads, prompt_text, repeat_text):
         self.llm = llama_cpp.Llama(
             model_path=model,
             n_ctx=1024,  # >= 512 for the long prefill and 64 + 128 for decode
@@ -122,6 +133,9 @@ class LlamaSide:
         if len(tokens) < need:
             fail(f"the prompt gives {len(tokens)} tokens, fewer than {need}")
         self.tokens = tokens
+        self.repeat = self.llm.tokenize(repeat_text.encode("utf-8"), add_bos=True, special=False)
+        if not self.repeat or self.repeat[0] != bos:
+            self.repeat = [bos] + self.repeat
         # The first evaluations allocate llama.cpp's compute buffers: keep them out of
         # the samples.
         for n in PREFILL_SIZES:
@@ -139,10 +153,10 @@ class LlamaSide:
         self.llm.eval(self.tokens[:n])
         return n / (time.perf_counter() - start)
 
-    def decode(self):
-        """Greedy steps after the decode prompt; tokens/s and the generated ids."""
+    def decode(self, prompt=None):
+        """Greedy steps after `prompt` (the decode prompt); tokens/s and the generated ids."""
         self.llm.reset()
-        self.llm.eval(self.tokens[:DECODE_PROMPT])
+        self.llm.eval(self.tokens[:DECODE_PROMPT] if prompt is None else prompt)
         generated = []
         start = time.perf_counter()
         for _ in range(DECODE_STEPS):
@@ -155,6 +169,7 @@ class LlamaSide:
         """One repetition: the figures, and the greedy ids of its decode."""
         sample = {f"prefill_{n}": self.prefill(n) for n in PREFILL_SIZES}
         sample["decode_128"], generated = self.decode()
+        sample["repeat_128"], _ = self.decode(self.repeat)
         return sample, generated
 
 
@@ -162,6 +177,8 @@ def main():
     args = parse_args()
     with open(args.prompt_file, encoding="utf-8") as f:
         prompt_text = f.read().rstrip()
+    with open(args.repeat_prompt_file, encoding="utf-8") as f:
+        repeat_text = f.read().rstrip()
 
     npurt_samples, llama_samples = [], []
     llama = None
@@ -170,8 +187,10 @@ def main():
     generated = None
     for rep in range(args.reps):
         result = run_npurt(args)
-        npurt_samples.append({name: float(result[key]) for name, key, _ in FIGURES})
-        info = {k: result[k] for k in ("host_threads", "prefill_chunk", "cores")}
+        npurt_samples.append({name: float(result[key]) for name, key, _, _ in FIGURES})
+        npurt_samples[-1]["repeat_tokens_per_pass"] = float(result["repeat_tokens_per_pass"])
+        npurt_samples[-1]["prose_tokens_per_pass"] = float(result["prose_tokens_per_pass"])
+        info = {k: result[k] for k in ("host_threads", "prefill_chunk", "cores", "speculate")}
         if npurt_info is None:
             npurt_info = info
         elif info != npurt_info:
@@ -182,7 +201,7 @@ def main():
             if threads is None:
                 host = result.get("host_threads")
                 threads = int(host) if isinstance(host, int) and host > 0 else os.cpu_count()
-            llama = LlamaSide(args.model, threads, prompt_text)
+            llama = LlamaSide(args.model, threads, prompt_text, repeat_text)
         sample, generated = llama.measure()
         llama_samples.append(sample)
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
@@ -191,16 +210,16 @@ def main():
     system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
 
     rows = {}
-    for name, _, label in FIGURES:
+    for name, _, label, peer in FIGURES:
         npurt_med = statistics.median(s[name] for s in npurt_samples)
-        llama_med = statistics.median(s[name] for s in llama_samples)
+        llama_med = statistics.median(s[peer] for s in llama_samples)
         rows[name] = {
             "label": label,
             "npurt_tokens_per_s": npurt_med,
             "llama_cpp_tokens_per_s": llama_med,
             "ratio": npurt_med / llama_med if llama_med > 0 else None,
             "npurt_samples": [s[name] for s in npurt_samples],
-            "llama_cpp_samples": [s[name] for s in llama_samples],
+            "llama_cpp_samples": [s[peer] for s in llama_samples],
         }
 
     print(f"Gemma-3 on {os.path.basename(args.model)}: npurt against llama.cpp "
@@ -210,8 +229,14 @@ def main():
     print(f"llama.cpp: llama-cpp-python {version}")
     print(f"llama.cpp CPU features: {system_info}")
     print()
+    print(f"speculative rows: up to {npurt_info['speculate']} prompt-lookup drafts per verify step; "
+          f"tokens per pass over the weights: repeating list "
+          f"{statistics.median(s['repeat_tokens_per_pass'] for s in npurt_samples):.2f}, prose "
+          f"{statistics.median(s['prose_tokens_per_pass'] for s in npurt_samples):.2f}; "
+          f"llama.cpp decodes one token per step in every row")
+    print()
     print(f"{'figure':<20} {'npurt tok/s':>12} {'llama.cpp tok/s':>16} {'ratio':>7}")
-    for name, _, label in FIGURES:
+    for name, _, label, _ in FIGURES:
         r = rows[name]
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
         print(f"{label:<20} {r['npurt_tokens_per_s']:>12.1f} "

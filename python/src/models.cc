@@ -60,12 +60,13 @@ class Gemma3 {
   std::string decode(const std::vector<int32_t>& ids) const { return tokenizer_->decode(ids); }
 
   // Greedy tokens after `prompt` (ids), stopping at a stop token.
-  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens) {
+  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens, int speculate) {
+    const models::GenerateOptions o = speculation(speculate);
     StatusOr<std::vector<int32_t>> out = Status();
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
-      out = models::generate(*model_, prompt, max_tokens, &*tokenizer_, first_token_clock([](int32_t) {}), &stats_);
+      out = models::generate(*model_, prompt, max_tokens, &*tokenizer_, first_token_clock([](int32_t) {}), &stats_, o);
     }
     return take(std::move(out));
   }
@@ -73,7 +74,8 @@ class Gemma3 {
   // The text generated after `prompt`; `on_text` (if given) sees each token's text as
   // it is produced. An exception in it ends the call once generation returns.
   std::string generate(const std::string& prompt, int max_tokens,
-                       const std::optional<std::function<void(std::string)>>& on_text) {
+                       const std::optional<std::function<void(std::string)>>& on_text, int speculate) {
+    const models::GenerateOptions o = speculation(speculate);
     const std::vector<int32_t> ids = encode(prompt);
     std::optional<nb::python_error> callback_error;
     StatusOr<std::vector<int32_t>> out = Status();
@@ -89,13 +91,24 @@ class Gemma3 {
           callback_error.emplace(std::move(e));
         }
       };
-      out = models::generate(*model_, ids, max_tokens, &*tokenizer_, first_token_clock(stream), &stats_);
+      out = models::generate(*model_, ids, max_tokens, &*tokenizer_, first_token_clock(stream), &stats_, o);
     }
     if (callback_error) {
       callback_error->restore();
       throw nb::python_error();
     }
     return tokenizer_->decode(take(std::move(out)));
+  }
+
+  // Speculation with `speculate` prompt-lookup drafts per verify step (0: none); only
+  // a model on one simulated NPU verifies drafts.
+  models::GenerateOptions speculation(int speculate) const {
+    if (speculate != 0 && (!sim_ || sim_->max_verify_tokens() == 0)) {
+      raise_status(invalid_argument("speculate=" + std::to_string(speculate) +
+                                    " verifies drafts on one simulated NPU; this model runs on " +
+                                    (sim_ ? std::to_string(sim_->devices()) + " devices" : std::string("the host"))));
+    }
+    return {.speculate = speculate, .drafter = {}};
   }
 
   // Prompt tokens per batched prefill call on the device (0: token by token).
@@ -117,6 +130,12 @@ class Gemma3 {
     d["generated_tokens"] = stats_.generated_tokens;
     d["decode_steps"] = stats_.decode_steps;
     d["decode_seconds"] = stats_.decode_seconds;
+    d["decoded_tokens"] = stats_.decoded_tokens();
+    d["verify_steps"] = stats_.verify_steps;
+    d["drafted_tokens"] = stats_.drafted_tokens;
+    d["accepted_tokens"] = stats_.accepted_tokens;
+    d["acceptance_rate"] = stats_.acceptance_rate();
+    d["tokens_per_pass"] = stats_.tokens_per_pass();
     return d;
   }
 
@@ -221,14 +240,17 @@ void bind_models(nb::module_& m) {
       .def("encode", &Gemma3::encode, nb::arg("text"), "token ids of `text`, with the BOS token first")
       .def("decode", &Gemma3::decode, nb::arg("ids"), "the text of token ids")
       .def("generate", &Gemma3::generate, nb::arg("prompt"), nb::arg("max_tokens") = 32,
-           nb::arg("on_text") = nb::none(),
+           nb::arg("on_text") = nb::none(), nb::arg("speculate") = 0,
            "greedy continuation of `prompt` (at most max_tokens tokens, ending early at a stop "
-           "token); on_text(str) sees each token's text as it is produced")
+           "token); on_text(str) sees each token's text as it is produced. speculate=N verifies up to "
+           "N prompt-lookup drafts per pass over the weights (one simulated NPU; N <= 15): the same "
+           "text, sometimes sooner")
       .def("generate_ids", &Gemma3::generate_ids, nb::arg("prompt_ids"), nb::arg("max_tokens") = 32,
-           "greedy token ids after `prompt_ids`")
+           nb::arg("speculate") = 0, "greedy token ids after `prompt_ids` (speculate: as generate)")
       .def_prop_ro("stats", &Gemma3::stats,
                    "figures of the last generate(): prompt_tokens, prefill_seconds, time_to_first_token, "
-                   "generated_tokens, decode_steps, decode_seconds");
+                   "generated_tokens, decode_steps, decode_seconds, decoded_tokens, and for speculation "
+                   "verify_steps, drafted_tokens, accepted_tokens, acceptance_rate, tokens_per_pass");
 }
 
 }  // namespace npurt::python

@@ -111,10 +111,18 @@ Status open_inputs(const GenerateArgs& args, Inputs& in) {
   return Status();
 }
 
+// Drafts per verify step: speculation runs on one simulated NPU only.
+int speculation(const GenerateArgs& args) {
+  const bool one_sim = args.device == "sim" && args.devices == 1 && args.tp == 0;
+  return one_sim ? args.speculate : 0;
+}
+
 models::Gemma3Options model_options(const GenerateArgs& args, const Inputs& in) {
   models::Gemma3Options mo;
   mo.max_context = static_cast<uint32_t>(in.prompt.size()) + static_cast<uint32_t>(args.max_tokens);
   mo.prefill_chunk = args.prefill_chunk;
+  // A verify step only when drafting: it is one more sequence to compile at load.
+  mo.verify_tokens = speculation(args) > 0 ? static_cast<uint32_t>(speculation(args) + 1) : 0;
   return mo;
 }
 
@@ -157,6 +165,9 @@ int run_generate(const GenerateArgs& args) {
   }
   if (args.devices != 1 && args.device != "sim") {
     return fail("--devices splits the model over simulated NPUs: not with --device host");
+  }
+  if (args.speculate_set && args.speculate > 0 && speculation(args) == 0) {
+    return fail("--speculate verifies drafts on one simulated NPU: not with --device host, --devices or --tp");
   }
   const auto t_open = std::chrono::steady_clock::now();
   Inputs in;
@@ -218,7 +229,7 @@ int run_generate(const GenerateArgs& args) {
         std::fputs(tok->token_text(t).c_str(), stdout);
         std::fflush(stdout);
       },
-      &stats);
+      &stats, {.speculate = speculation(args), .drafter = {}});
   if (speaks) std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!out.ok()) return fail_rank(out.status().to_string());
@@ -233,7 +244,14 @@ int run_generate(const GenerateArgs& args) {
                args.device == "sim" && args.prefill_chunk > 0
                    ? ("chunks of " + std::to_string(sim->prefill_chunk())).c_str()
                    : "token by token",
-               stats.prefill_seconds, stats.decode_steps, per_second(stats.decode_steps, stats.decode_seconds));
+               stats.prefill_seconds, stats.decoded_tokens(), per_second(stats.decoded_tokens(), stats.decode_seconds));
+  if (speculation(args) > 0) {
+    std::fprintf(stderr,
+                 "speculation: up to %d drafts; %d verify steps, %.2f tokens each; drafts accepted %d of %d (%.0f%%); "
+                 "%d plain steps; %.2f tokens per pass over the weights\n",
+                 speculation(args), stats.verify_steps, stats.tokens_per_verify_step(), stats.accepted_tokens,
+                 stats.drafted_tokens, 100 * stats.acceptance_rate(), stats.decode_steps, stats.tokens_per_pass());
+  }
   return 0;
 }
 

@@ -19,6 +19,12 @@ struct GenerateArgs {
   int tp = 0;                  // > 0: one device per MPI rank, tp ranks (run under mpirun)
   uint64_t device_memory = 0;  // MiB of global memory per device; 0: sized for its shard
   int64_t collective_timeout_ms = 60'000;  // how long a collective waits for its peers
+  // Draft tokens verified per step (prompt lookup; 0: one token per step). Taken on
+  // one simulated NPU only; speculate_set says it was asked for explicitly. Off by
+  // default: on prose it is not yet never slower (docs/models.md, "Speculative decoding").
+  int speculate = kDefaultSpeculate;
+  bool speculate_set = false;
+  static constexpr int kDefaultSpeculate = 0;
 };
 
 // $NPURT_MODEL when set, else where `make model` installs the file.

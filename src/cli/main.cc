@@ -8,6 +8,7 @@
 #include "cli/generate.h"
 #include "cli/soak.h"
 #include "npurt/isa/disasm.h"
+#include "npurt/isa/isa.h"
 #include "npurt/version.h"
 
 namespace npurt::cli {
@@ -102,6 +103,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
 
+  CLI::Option* speculate =
+      generate->add_option("--speculate", gen.speculate,
+                           "draft tokens (prompt lookup) verified per step on one simulated NPU; 0: one token per "
+                           "step. The text is the same either way")
+          ->check(CLI::Range(0, static_cast<int>(npurt::isa::kMaxTmvBatch) - 1))
+          ->capture_default_str();
   generate->add_option("--devices", gen.devices, "simulated NPUs in this process, the model split over them")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -121,7 +128,10 @@ int main(int argc, char** argv) {
   info->add_option("MODEL", model, "GGUF file")->required();
 
   CLI11_PARSE(app, argc, argv);
-  if (generate->parsed()) return npurt::cli::run_generate(gen);
+  if (generate->parsed()) {
+    gen.speculate_set = speculate->count() > 0;
+    return npurt::cli::run_generate(gen);
+  }
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
   if (soak_cmd->parsed()) return npurt::cli::run_soak_command(soak);
   if (disasm->parsed()) return disasm_file(file);

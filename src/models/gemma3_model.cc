@@ -275,12 +275,24 @@ StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, c
   return s.finish(o);
 }
 
-StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
-                                    const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
+// The two sequences that run several tokens per call: the prefill chunk (matrix work,
+// only the last token's logits) and the verify step (the decode step's batch-invariant
+// kernels for T tokens, every token's logits and argmax).
+enum class Batched : uint8_t { kPrefill, kVerify };
+
+StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
+                                   const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm,
+                                   Batched kind) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
+  const bool verify = kind == Batched::kVerify;
   const uint32_t ctx = context_of(c, o);
-  const uint32_t T = std::min(o.prefill_chunk, ctx);
-  if (T == 0) return invalid_argument("gemma3: prefill_chunk 0 builds no prefill sequence");
+  const uint32_t T = std::min(verify ? o.verify_tokens : o.prefill_chunk, ctx);
+  if (T == 0) return invalid_argument("gemma3: a chunk of 0 tokens builds no sequence");
+  if (verify && T > isa::kMaxTmvBatch) {
+    return invalid_argument("gemma3: verify_tokens " + std::to_string(T) + " is above the batched kernels' " +
+                            std::to_string(isa::kMaxTmvBatch));
+  }
+  if (verify && sh.parallel()) return invalid_argument("gemma3: the verify step runs on one device");
   const uint64_t hidden = c.hidden, hd = c.head_dim;
   const uint64_t q_dim = sh.q_heads * hd, kv_dim = sh.kv_heads * hd, ffn = sh.ffn;
   const uint32_t dim = static_cast<uint32_t>(hidden);
@@ -288,16 +300,21 @@ StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c,
   StepList s;
   s.size("tokens", T);
   size_activations(s, c, sh, T, /*capitals=*/true);
-  s.size("h_last", hidden);
-  s.size("x_last", hidden);
+  if (!verify) {
+    s.size("h_last", hidden);
+    s.size("x_last", hidden);
+  }
 
   auto matmul = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out,
                     TensorSlice slice) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
     NPURT_RETURN_IF_ERROR(s.weight(file, name, m * k, slice).status());
-    s.add(std::make_shared<ops::WeightGemm>(
-              ops::WeightGemmParams{.m = m, .k = k, .rows = T, .weight = t, .rows_runtime = true}),
-          {name, std::move(in), std::move(out), kPrefillRows});
+    // Verification runs the decode step's GEMV over a batch, bitwise the same per token.
+    OpPtr op = verify ? OpPtr(std::make_shared<ops::Gemv>(
+                            ops::GemvParams{.m = m, .k = k, .weight = t, .batch = T, .batch_runtime = true}))
+                      : OpPtr(std::make_shared<ops::WeightGemm>(
+                            ops::WeightGemmParams{.m = m, .k = k, .rows = T, .weight = t, .rows_runtime = true}));
+    s.add(std::move(op), {name, std::move(in), std::move(out), kPrefillRows});
     return Status();
   };
   // The partial sums of the call's rows, added over the devices.
@@ -333,7 +350,18 @@ StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c,
                                                                                 .rows_runtime = true});
   const auto add = rowwise(ops::ElementwiseKind::kAdd, hidden);
   const auto gelu_mul = rowwise(ops::ElementwiseKind::kGeluTanhMul, ffn);
-  auto attention = [&](bool global) {
+  auto attention = [&](bool global) -> OpPtr {
+    if (verify) {
+      return std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
+          .n_heads = static_cast<uint32_t>(sh.q_heads),
+          .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
+          .head_dim = static_cast<uint32_t>(hd),
+          .max_len = ctx,
+          .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
+          .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+          .queries = T,
+          .queries_runtime = true});
+    }
     return std::make_shared<ops::PrefillAttention>(ops::PrefillAttentionParams{
         .n_heads = static_cast<uint32_t>(sh.q_heads),
         .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
@@ -360,7 +388,7 @@ StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c,
     s.add(rope_k, {"K", "K", "pos", lb.rope_base, kPrefillRows});
     s.add(append, {"K", lb.kc, "pos", kPrefillRows});
     s.add(append, {"V", lb.vc, "pos", kPrefillRows});
-    s.add(global ? attend_global : attend_local, {"Q", lb.kc, lb.vc, "ATTN", "pos", kPrefillRows});
+    s.add(global ? attend_global : attend_local, {"Q", lb.kc, lb.vc, "ATTN", verify ? "len" : "pos", kPrefillRows});
     NPURT_RETURN_IF_ERROR(matmul(t("attn_output"), hidden, q_dim, "ATTN", "A", cut.attn_out));
     sum_over_devices("A");
     s.add(norm_rows, {"A", lb.post_attn, "A", kPrefillRows});
@@ -375,19 +403,38 @@ StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c,
     s.add(norm_rows, {"F", lb.post_ffw, "F", kPrefillRows});
     s.add(add, {"H", "F", "H", kPrefillRows});
   }
+  const GgufTensor* head = gemma3_output_weight(file);
+  if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
+  NPURT_ASSIGN_OR_RETURN(DType head_type, tensor_dtype(file, std::string(head->name)));
+  if (verify) {
+    // Every token's logits and greedy successor.
+    NPURT_ASSIGN_OR_RETURN(std::string out_norm, s.weight(file, "output_norm.weight", hidden));
+    s.add(norm_rows, {"H", out_norm, "X", kPrefillRows});
+    NPURT_RETURN_IF_ERROR(s.weight(file, std::string(head->name), sh.vocab * hidden, vocab_slice(sh)).status());
+    s.size("logits", T * sh.vocab);
+    s.size("next", T);
+    s.add(std::make_shared<ops::Gemv>(ops::GemvParams{
+              .m = sh.vocab, .k = hidden, .weight = head_type, .batch = T, .batch_runtime = true}),
+          {std::string(head->name), "X", "logits", kPrefillRows});
+    s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = sh.vocab, .vectors = T, .vectors_runtime = true}),
+          {"logits", "next", kPrefillRows});
+    return s.finish(o, "gemma3_verify", {"tokens"});
+  }
   // Only the last token's logits are needed: its row of H through the decode step's tail.
   s.add(std::make_shared<ops::StridedCopy>(
             ops::StridedCopyParams{.rows = 1, .cols = dim, .src_rows = T, .src_row_runtime = true}),
         {"H", "h_last", kPrefillLast});
   NPURT_ASSIGN_OR_RETURN(std::string out_norm, s.weight(file, "output_norm.weight", hidden));
   s.add(rmsnorm(1, dim, c.rms_eps), {"h_last", out_norm, "x_last"});
-  const GgufTensor* head = gemma3_output_weight(file);
-  if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
-  NPURT_ASSIGN_OR_RETURN(DType head_type, tensor_dtype(file, std::string(head->name)));
   NPURT_RETURN_IF_ERROR(s.weight(file, std::string(head->name), sh.vocab * hidden, vocab_slice(sh)).status());
   s.add(gemv(sh.vocab, hidden, head_type), {std::string(head->name), "x_last", "logits"});
   add_argmax(s, sh, comm);
   return s.finish(o, "gemma3_prefill", {"tokens"});
+}
+
+StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
+                                    const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
+  return batched_step(file, c, o, sh, comm, Batched::kPrefill);
 }
 
 }  // namespace
@@ -401,6 +448,13 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
 StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& c,
                                                        const Gemma3Options& o) {
   NPURT_ASSIGN_OR_RETURN(ShardedStep step, prefill_chunk(file, c, o, Gemma3Shard::whole(c), nullptr));
+  return std::move(step.sequence);
+}
+
+StatusOr<graph::OperatorSequence> gemma3_verify_step(const GgufFile& file, const Gemma3Config& c,
+                                                     const Gemma3Options& o) {
+  NPURT_ASSIGN_OR_RETURN(ShardedStep step,
+                         batched_step(file, c, o, Gemma3Shard::whole(c), nullptr, Batched::kVerify));
   return std::move(step.sequence);
 }
 
@@ -482,22 +536,31 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
   part.seq = std::move(compiled).value();
   NPURT_ASSIGN_OR_RETURN(part.next, part.seq->get_buffer("next"));
   NPURT_ASSIGN_OR_RETURN(part.logits, part.seq->get_buffer("logits"));
-  if (options.prefill_chunk > 0) {
-    // The prefill sequence binds the decode step's weights and caches, not copies.
-    NPURT_ASSIGN_OR_RETURN(ShardedStep chunk, models::prefill_chunk(file, config, options, shard, part.comm));
-    graph::CompileOptions co;
-    for (const graph::BufferPlacement& p : part.seq->placements()) {
-      if (p.intermediate) continue;
-      if (file.tensor(p.name) != nullptr || p.name.starts_with("k_cache.") || p.name.starts_with("v_cache.")) {
-        NPURT_ASSIGN_OR_RETURN(co.shared[p.name], part.seq->get_buffer(p.name));
-      }
+  // The batched sequences bind the decode step's weights and caches, not copies.
+  graph::CompileOptions co;
+  for (const graph::BufferPlacement& p : part.seq->placements()) {
+    if (p.intermediate) continue;
+    if (file.tensor(p.name) != nullptr || p.name.starts_with("k_cache.") || p.name.starts_with("v_cache.")) {
+      NPURT_ASSIGN_OR_RETURN(co.shared[p.name], part.seq->get_buffer(p.name));
     }
+  }
+  if (options.prefill_chunk > 0) {
+    NPURT_ASSIGN_OR_RETURN(ShardedStep chunk, models::prefill_chunk(file, config, options, shard, part.comm));
     auto prefill = chunk.sequence.compile(runtime, co);
     if (!prefill.ok()) return prefill.status().with_context(sizes + ", compiling the prefill chunk");
     part.prefill = std::move(prefill).value();
     NPURT_ASSIGN_OR_RETURN(part.prefill_tokens, part.prefill->get_buffer("tokens"));
     NPURT_ASSIGN_OR_RETURN(part.prefill_next, part.prefill->get_buffer("next"));
     NPURT_ASSIGN_OR_RETURN(part.prefill_logits, part.prefill->get_buffer("logits"));
+  }
+  if (options.verify_tokens > 0 && size == 1) {
+    NPURT_ASSIGN_OR_RETURN(ShardedStep v, batched_step(file, config, options, shard, part.comm, Batched::kVerify));
+    auto verify = v.sequence.compile(runtime, co);
+    if (!verify.ok()) return verify.status().with_context(sizes + ", compiling the verify step");
+    part.verify = std::move(verify).value();
+    NPURT_ASSIGN_OR_RETURN(part.verify_tokens, part.verify->get_buffer("tokens"));
+    NPURT_ASSIGN_OR_RETURN(part.verify_next, part.verify->get_buffer("next"));
+    NPURT_ASSIGN_OR_RETURN(part.verify_logits, part.verify->get_buffer("logits"));
   }
   NPURT_ASSIGN_OR_RETURN(part.weight_bytes, upload_weights(file, step, *part.seq, runtime.memory(), progress));
   return Status();
@@ -514,6 +577,7 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, R
   model->parts_[0].runtime = runtime.shared_from_this();
   NPURT_RETURN_IF_ERROR(load_part(file, config, options, model->parts_[0], 0, 1, progress));
   if (options.prefill_chunk > 0) model->chunk_ = model->max_chunk_ = std::min(options.prefill_chunk, model->max_context_);
+  model->max_verify_ = std::min(options.verify_tokens, model->max_context_);
   return model;
 }
 
@@ -563,6 +627,67 @@ uint64_t Gemma3Model::weight_bytes_per_step() const {
 Status Gemma3Model::reset() {
   position_ = 0;
   return Status();
+}
+
+Status Gemma3Model::rewind(int32_t position) {
+  if (position < 0 || position > position_) {
+    return invalid_argument("gemma3: cannot rewind to position " + std::to_string(position) + " (the context holds " +
+                            std::to_string(position_) + ")");
+  }
+  position_ = position;
+  return Status();
+}
+
+StatusOr<std::vector<int32_t>> Gemma3Model::verify(std::span<const int32_t> tokens) {
+  if (max_verify_ == 0) return failed_precondition("gemma3: loaded without a verify step (verify_tokens 0, or several devices)");
+  if (tokens.empty() || tokens.size() > max_verify_) {
+    return invalid_argument("gemma3: verify of " + std::to_string(tokens.size()) + " tokens; the compiled verify step takes 1 .. " +
+                            std::to_string(max_verify_));
+  }
+  if (position_ + tokens.size() > max_context_) {
+    return out_of_range("gemma3: " + std::to_string(tokens.size()) + " tokens to verify at position " +
+                        std::to_string(position_) + " do not fit the context of " + std::to_string(max_context_) +
+                        " positions");
+  }
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= config_.vocab) {
+      return invalid_argument("gemma3: token " + std::to_string(token) + " to verify is outside [0, " +
+                              std::to_string(config_.vocab) + ")");
+    }
+  }
+  Part& p = parts_[0];
+  {
+    NPURT_ASSIGN_OR_RETURN(View ids, p.verify_tokens.subview(0, tokens.size() * sizeof(int32_t)));
+    NPURT_ASSIGN_OR_RETURN(WriteGuard g, p.runtime->memory().overwrite(ids));
+    std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const graph::Scalars scalars{{kPrefillRows, n},
+                               {kPrefillQRows, n * p.q_heads},
+                               {kPrefillKvRows, n * p.kv_heads},
+                               {"pos", int64_t{position_}},
+                               {"len", int64_t{position_} + 1},
+                               {kRopeLocal, Gemma3Config::kRopeBaseLocal},
+                               {kRopeGlobal, config_.rope_base_global}};
+  NPURT_RETURN_IF_ERROR(run_parts(&Part::verify, scalars));
+  position_ += static_cast<int32_t>(n);
+  last_verify_ = static_cast<uint32_t>(n);
+  NPURT_ASSIGN_OR_RETURN(View next, p.verify_next.subview(0, tokens.size() * sizeof(int32_t)));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, p.runtime->memory().read(next));
+  std::vector<int32_t> out(tokens.size());
+  std::memcpy(out.data(), g.bytes().data(), tokens.size_bytes());
+  return out;
+}
+
+StatusOr<std::vector<float>> Gemma3Model::verify_logits() const {
+  if (last_verify_ == 0) return failed_precondition("gemma3: no verify() call yet");
+  const Part& p = parts_[0];
+  const size_t n = size_t{last_verify_} * static_cast<size_t>(config_.vocab);
+  NPURT_ASSIGN_OR_RETURN(View v, p.verify_logits.subview(0, n * sizeof(float)));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, p.runtime->memory().read(v));
+  std::vector<float> out(n);
+  std::memcpy(out.data(), g.bytes().data(), n * sizeof(float));
+  return out;
 }
 
 Status Gemma3Model::run_parts(Which which, const graph::Scalars& scalars) {

@@ -66,6 +66,8 @@ int64_t position_bytes(const DecodeAttentionParams& p) {
 // Scalar registers and tile registers of the kernel.
 constexpr Reg kBlock{0}, kUnit{1}, kUnitCount{2}, kLen{3}, kTmp{4}, kFirstPos{5}, kTiles{6}, kQOff{7}, kKvOff{8},
     kLeft{9}, kRows{10}, kStride{11}, kScale{12}, kNegInf{13}, kZero{14}, kPositions{15}, kFirstPosBytes{16};
+// Of several queries: the block's first unit and the query loop.
+constexpr Reg kUnitFirst{17}, kQuery{18}, kQueries{19}, kLenFirst{20}, kQueryOff{21};
 constexpr Tile kQ{0}, kO{1}, kMax{2}, kTileMax{3}, kRescale{4}, kSum{5}, kTileSum{6}, kScores{7}, kKv{8};
 
 struct Plan {
@@ -104,10 +106,14 @@ StatusOr<Plan> plan_for(const DecodeAttentionParams& p, const Target& target) {
 // Reads len, faults unless 1 <= len <= max_len, and leaves the attended positions
 // [kFirstPos, len) in registers: kPositions of them in kTiles tiles of `tile_t`,
 // starting kFirstPosBytes into a cache.
-void emit_position_range(isa::KernelBuilder& b, const DecodeAttentionParams& p, uint8_t len_arg, int64_t tile_t) {
-  b.arg_value(kLen, len_arg);
-  b.alui(AluOp::kShl, kLen, kLen, 32);  // the scalar's low 32 bits, sign-extended: the i32 value
-  b.alui(AluOp::kShr, kLen, kLen, 32);
+void emit_len(isa::KernelBuilder& b, uint8_t len_arg, Reg to) {
+  b.arg_value(to, len_arg);
+  b.alui(AluOp::kShl, to, to, 32);  // the scalar's low 32 bits, sign-extended: the i32 value
+  b.alui(AluOp::kShr, to, to, 32);
+}
+
+// As emit_position_range for the len already in kLen.
+void emit_range_of_len(isa::KernelBuilder& b, const DecodeAttentionParams& p, int64_t tile_t) {
   emit_len_guard(b, kLen, p.max_len, kTmp, kFirstPos);
   if (p.window) {
     b.alui(AluOp::kSub, kFirstPos, kLen, p.window);
@@ -119,6 +125,11 @@ void emit_position_range(isa::KernelBuilder& b, const DecodeAttentionParams& p, 
   b.alui(AluOp::kAdd, kTiles, kPositions, tile_t - 1);
   b.alui(AluOp::kDiv, kTiles, kTiles, tile_t);
   b.alui(AluOp::kMul, kFirstPosBytes, kFirstPos, position_bytes(p));
+}
+
+void emit_position_range(isa::KernelBuilder& b, const DecodeAttentionParams& p, uint8_t len_arg, int64_t tile_t) {
+  emit_len(b, len_arg, kLen);
+  emit_range_of_len(b, p, tile_t);
 }
 
 // Queries, output accumulator and per-head statistics: fixed shapes for the kernel.
@@ -152,7 +163,10 @@ void emit_tile(isa::KernelBuilder& b, const DecodeAttentionParams& p, const Layo
 
 }  // namespace
 
-std::string DecodeAttention::name() const { return attention_name(kOp, p_); }
+std::string DecodeAttention::name() const {
+  const bool several = p_.queries > 1 || p_.queries_runtime;
+  return attention_name(kOp, p_, several ? " queries" + std::to_string(p_.queries) + (p_.queries_runtime ? " (runtime rows)" : "") : "");
+}
 
 Status DecodeAttention::validate() const {
   NPURT_RETURN_IF_ERROR(check_count(kOp, "n_heads", p_.n_heads, 65535, "must be <= 65535 (tile rows)"));
@@ -161,12 +175,14 @@ Status DecodeAttention::validate() const {
   NPURT_RETURN_IF_ERROR(check_max_len(kOp, p_, "len is i32"));
   NPURT_RETURN_IF_ERROR(check_scale_and_kv_dtype(kOp, p_));
   if (p_.tile_t > p_.max_len) return invalid_param(kOp, "tile_t", "must be <= max_len");
+  if (p_.queries < 1 || p_.queries > 65535) return invalid_param(kOp, "queries", "must be 1 .. 65535");
   return Status();
 }
 
 std::vector<ArgSpec> DecodeAttention::signature() const {
-  std::vector<ArgSpec> s = attention_buffers(p_, uint64_t{p_.n_heads} * p_.head_dim);
+  std::vector<ArgSpec> s = attention_buffers(p_, uint64_t{std::max<uint32_t>(p_.queries, 1)} * p_.n_heads * p_.head_dim);
   s.push_back(ArgSpec::scalar("len", DType::kI32));
+  if (p_.queries_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
   return s;
 }
 
@@ -186,14 +202,36 @@ StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
 
   b.block_id(kBlock);
   emit_block_range(b, kBlock, plan.units, plan.grid, kUnit, kUnitCount);
-  emit_position_range(b, p_, len, lay.tile_t);
-  b.alui(AluOp::kMul, kQOff, kUnit, unit_q_bytes);  // units are consecutive runs of query heads
   b.li(kStride, int64_t{p_.n_kv_heads} * p_.head_dim);
   b.li(kScale, f32_bits(scale));
   b.li(kNegInf, f32_bits(-std::numeric_limits<float>::infinity()));
   b.li(kZero, 0);
   emit_static_tiles(b, lay);
-
+  const bool several = p_.queries > 1 || p_.queries_runtime;
+  // Several queries: query i (at position len - 1 + i) runs the one-query code with
+  // len + i, so its result is bitwise that of a one-query launch at its position.
+  if (several) {
+    emit_len(b, len, kLenFirst);
+    if (p_.queries_runtime) {
+      b.arg_value(kQueries, ctx.arg(kRowsScalar));
+      b.alui(AluOp::kMax, kQueries, kQueries, 1);
+      b.alui(AluOp::kMin, kQueries, kQueries, p_.queries);
+    } else {
+      b.li(kQueries, p_.queries);
+    }
+    b.mov(kUnitFirst, kUnit);
+    b.li(kQuery, 0);
+    b.li(kQueryOff, 0);
+    b.loop_begin(kQueries);
+    b.alu(AluOp::kAdd, kLen, kLenFirst, kQuery);
+    emit_range_of_len(b, p_, lay.tile_t);
+    b.mov(kUnit, kUnitFirst);
+    b.alui(AluOp::kMul, kQOff, kUnit, unit_q_bytes);
+    b.alu(AluOp::kAdd, kQOff, kQOff, kQueryOff);
+  } else {
+    emit_position_range(b, p_, len, lay.tile_t);
+    b.alui(AluOp::kMul, kQOff, kUnit, unit_q_bytes);  // units are consecutive runs of query heads
+  }
   b.loop_begin(kUnitCount);
   b.alui(AluOp::kDiv, kKvOff, kUnit, plan.subgroups);  // the unit's kv head
   b.alui(AluOp::kMul, kKvOff, kKvOff, int64_t{p_.head_dim} * lay.kv_esize);
@@ -212,24 +250,35 @@ StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
   b.alui(AluOp::kAdd, kQOff, kQOff, unit_q_bytes);
   b.alui(AluOp::kAdd, kUnit, kUnit, 1);
   b.loop_end();
+  if (several) {
+    b.alui(AluOp::kAdd, kQuery, kQuery, 1);
+    b.alui(AluOp::kAdd, kQueryOff, kQueryOff, int64_t{p_.n_heads} * p_.head_dim * 4);
+    b.loop_end();
+  }
   b.reserve_local(static_cast<uint32_t>(lay.end()));
   return static_cast<uint32_t>(plan.grid);
 }
 
 void DecodeAttention::compute_reference(std::span<const HostArg> args) const {
   const uint64_t H = p_.n_heads, D = p_.head_dim, KV = p_.n_kv_heads;
-  const int64_t len = static_cast<int32_t>(args[4].as_i64());
-  std::vector<float> out(H * D, std::numeric_limits<float>::quiet_NaN());  // the kernel faults: no result
-  if (len < 1 || len > static_cast<int64_t>(p_.max_len)) {
-    write_f32(args[3], DType::kF32, out);
-    return;
-  }
+  const int64_t len0 = static_cast<int32_t>(args[4].as_i64());
+  const uint64_t queries =
+      p_.queries_runtime ? std::clamp<int64_t>(args[5].as_i64(), 1, p_.queries) : std::max<uint32_t>(p_.queries, 1);
+  std::vector<float> out = read_f32(args[3], DType::kF32);
   const std::vector<float> q = read_f32(args[0], DType::kF32);
   const std::vector<float> k = read_f32(args[1], p_.kv_dtype);
   const std::vector<float> v = read_f32(args[2], p_.kv_dtype);
-  const int64_t first = p_.window ? std::max<int64_t>(0, len - p_.window) : 0;
   const double scale = attention_scale(p_);
-  for (uint64_t h = 0; h < H; ++h) attend_reference(p_, &q[h * D], k, v, h / (H / KV), first, len, scale, &out[h * D]);
+  for (uint64_t i = 0; i < queries; ++i) {
+    const int64_t len = len0 + static_cast<int64_t>(i);
+    float* o = &out[i * H * D];
+    if (len < 1 || len > static_cast<int64_t>(p_.max_len)) {  // the kernel faults: no result
+      std::fill(o, o + H * D, std::numeric_limits<float>::quiet_NaN());
+      continue;
+    }
+    const int64_t first = p_.window ? std::max<int64_t>(0, len - p_.window) : 0;
+    for (uint64_t h = 0; h < H; ++h) attend_reference(p_, &q[(i * H + h) * D], k, v, h / (H / KV), first, len, scale, &o[h * D]);
+  }
   write_f32(args[3], DType::kF32, out);
 }
 

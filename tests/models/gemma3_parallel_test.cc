@@ -1,5 +1,5 @@
 // Tensor-parallel Gemma-3 over an in-process device group against the same model on
-// one device: the same greedy tokens and logits within rel-L2 1e-5, for decode and for
+// one device: the same greedy tokens and logits within rel-L2 kRunsAgree (real_model.h), for decode and for
 // batched prefill, on a synthetic model and (with NPURT_MODEL) the real file; and a
 // model that does not fit one device but fits several.
 #include <gtest/gtest.h>

@@ -88,3 +88,31 @@ def test_batched_prefill_is_the_default_and_matches_token_by_token(model):
     with pytest.raises(npurt.Error, match="empty"):
         model.generate_ids([], 2)
     assert model.generate_ids(prompt, 8) == batched
+
+
+@needs_model
+def test_speculation_gives_the_plain_greedy_tokens(model):
+    for text in ("1, 2, 3, 4, 5, 6, 7, 8,", "Once upon a time"):
+        prompt = model.encode(text)
+        plain = model.generate_ids(prompt, 48)
+        assert model.stats["verify_steps"] == 0 and model.stats["tokens_per_pass"] == 1.0
+        assert model.generate_ids(prompt, 48, speculate=7) == plain
+        stats = model.stats
+        assert stats["generated_tokens"] == 48
+        assert stats["decoded_tokens"] == 47  # every token after the first came from a decoding pass
+        assert stats["accepted_tokens"] <= stats["drafted_tokens"]
+        assert stats["decode_steps"] + stats["verify_steps"] + stats["accepted_tokens"] == 47
+    assert model.generate("Once upon a time", max_tokens=16, speculate=15) == model.generate(
+        "Once upon a time", max_tokens=16)
+
+
+@needs_model
+def test_speculation_rejects_what_it_cannot_run(model):
+    with pytest.raises(ValueError, match="speculate 16 drafts need a verify step of 17 tokens"):
+        model.generate_ids([2, 818], 4, speculate=16)
+    with pytest.raises(ValueError, match="negative"):
+        model.generate_ids([2, 818], 4, speculate=-1)
+    host = npurt.Gemma3(MODEL, device="host")
+    with pytest.raises(ValueError, match="one simulated NPU"):
+        host.generate_ids([2, 818], 4, speculate=3)
+    assert len(model.generate_ids([2, 818], 4, speculate=3)) == 4

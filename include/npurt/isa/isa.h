@@ -34,6 +34,8 @@ namespace npurt::isa {
 inline constexpr int kNumScalarRegs = 32;
 inline constexpr int kNumTileRegs = 16;
 inline constexpr int kMaxLoopDepth = 8;
+// Vectors one batched TMV multiplies (rows of its x tile).
+inline constexpr uint32_t kMaxTmvBatch = 16;
 inline constexpr int kMaxArgs = 32;
 inline constexpr uint8_t kConstArg = 0xFF;  // memory operand: the image's constants
 inline constexpr uint8_t kNoReg = 0xFF;     // optional register operand absent
@@ -116,6 +118,8 @@ enum class Opcode : uint8_t {
   // TMV t[a] (f32, rows x 1) (+)= W * t[e]^T: row i of W is t[e].cols values of GM dtype
   //   sub (f32, bf16, f16 or quantized) at byte r[c] + i * r[d] of arg b; t[e] is an f32
   //   1 x K tile. Weights stream from GM without a local copy. flags: kAccumulate.
+  //   Batched: t[e] T x K (T <= kMaxTmvBatch vectors) and t[a] T x rows; each weight row
+  //   is read once for all T, and row t of t[a] is bitwise the T = 1 result for row t of t[e].
   kTmv = 46,
   kOpcodeEnd,
 };

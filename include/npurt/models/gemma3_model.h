@@ -48,6 +48,10 @@ struct Gemma3Options {
   // capped at the context); 0 compiles none, so prompts run token by token.
   uint32_t prefill_chunk = kDefaultPrefillChunk;
   static constexpr uint32_t kDefaultPrefillChunk = 512;
+  // Speculative decoding: the most tokens one verify() call runs (the compiled verify
+  // step, 1 .. 16; capped at the context); 0 compiles none. Drafts take one fewer.
+  uint32_t verify_tokens = kDefaultVerifyTokens;
+  static constexpr uint32_t kDefaultVerifyTokens = 16;
   // WRONG, for tests only: the prefill attention ignores the sliding window.
   bool prefill_ignores_window_for_test = false;
 };
@@ -64,6 +68,16 @@ StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const
 // gemma3_decode_step, so the two share them (CompileOptions::shared).
 StatusOr<graph::OperatorSequence> gemma3_prefill_chunk(const GgufFile& file, const Gemma3Config& config,
                                                        const Gemma3Options& options);
+
+// The verify step of `config`: T tokens per call (T = the "rows" scalar, up to
+// options.verify_tokens) at positions pos .. pos + T - 1 through the decode step's own
+// kernels run batched (GEMV over T vectors, decode attention for T consecutive
+// queries, row-wise norms, RoPE and KV append), then every token's logits and argmax
+// ("next", T i32). Each token's logits are bitwise what a decode step at its position
+// gives, so greedy decoding that verifies drafted tokens with it is exact. Binds the
+// same tensor and cache names as gemma3_decode_step. One device only.
+StatusOr<graph::OperatorSequence> gemma3_verify_step(const GgufFile& file, const Gemma3Config& config,
+                                                     const Gemma3Options& options);
 
 class Gemma3Model final : public TokenModel {
  public:
@@ -102,9 +116,20 @@ class Gemma3Model final : public TokenModel {
   Status set_prefill_chunk(uint32_t chunk);
   uint32_t prefill_chunk() const { return chunk_; }
   uint32_t max_prefill_chunk() const { return max_chunk_; }
+  // Runs `tokens` (1 .. max_verify_tokens()) at positions position() .. + n - 1 in one
+  // call of the verify step and returns each one's greedy successor, bitwise what n
+  // step() calls would give; the position advances by n (rewind() drops the tail).
+  StatusOr<std::vector<int32_t>> verify(std::span<const int32_t> tokens) override;
+  uint32_t max_verify_tokens() const override { return max_verify_; }
+  // The next step is at `position` (0 .. position()): the cached positions from there
+  // on are overwritten before use.
+  Status rewind(int32_t position) override;
+  // The logits of every token of the last verify() call (n x vocab floats).
+  StatusOr<std::vector<float>> verify_logits() const;
   // The next step is at position 0 (cached positions are overwritten before use).
   Status reset() override;
   int32_t position() const override { return position_; }
+  int32_t context_capacity() const override { return static_cast<int32_t>(max_context_); }
 
   // The logits of the last step (vocab floats), read back from the device (gathered
   // from every device's vocabulary rows: over MPI every rank must call it).
@@ -122,6 +147,8 @@ class Gemma3Model final : public TokenModel {
   const graph::CompiledSequence& sequence() const { return *parts_[0].seq; }
   // The prefill chunk's sequence; nullptr when compiled without one.
   const graph::CompiledSequence* prefill_sequence() const { return parts_[0].prefill.get(); }
+  // The verify step's sequence; nullptr when compiled without one.
+  const graph::CompiledSequence* verify_sequence() const { return parts_[0].verify.get(); }
 
  private:
   // What one device holds and runs.
@@ -131,6 +158,8 @@ class Gemma3Model final : public TokenModel {
     std::unique_ptr<graph::CompiledSequence> seq, prefill;
     View next, logits;  // the decode step's "next" and "logits" buffers
     View prefill_tokens, prefill_next, prefill_logits;
+    std::unique_ptr<graph::CompiledSequence> verify;
+    View verify_tokens, verify_next, verify_logits;
     uint64_t weight_bytes = 0;
     int32_t q_heads = 0, kv_heads = 0;  // of its shard
   };
@@ -149,6 +178,7 @@ class Gemma3Model final : public TokenModel {
   int devices_ = 1;
   bool last_prefill_ = false;  // which sequence's logits are the last
   uint32_t chunk_ = 0, max_chunk_ = 0;
+  uint32_t max_verify_ = 0, last_verify_ = 0;  // compiled tokens; tokens of the last verify()
   Gemma3Config config_;
   uint32_t max_context_ = 0;
   int32_t position_ = 0;

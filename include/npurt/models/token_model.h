@@ -6,12 +6,14 @@
 //                                  [&](int32_t t) { std::cout << tokenizer.token_text(t); }, &stats);
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <vector>
 
 #include "npurt/base/status.h"
+#include "npurt/models/draft.h"
 #include "npurt/models/tokenizer.h"
 
 namespace npurt::models {
@@ -25,9 +27,20 @@ class TokenModel {
   // Runs `tokens` (non-empty) in order and returns the greedy successor of the last;
   // models with batched prefill override this. The default steps token by token.
   virtual StatusOr<int32_t> prefill(std::span<const int32_t> tokens);
+  // Runs `tokens` (non-empty) from position() on and returns the greedy successor of
+  // each, exactly as that many step() calls would; models with a batched verify step
+  // override it (one call reads the weights once). The default steps token by token.
+  virtual StatusOr<std::vector<int32_t>> verify(std::span<const int32_t> tokens);
+  // The most tokens one verify() call takes (0: verify() steps token by token).
+  virtual uint32_t max_verify_tokens() const { return 0; }
+  // Moves the next step back to `position` (0 .. position()), dropping the context
+  // from there on. The default supports only the current position.
+  virtual Status rewind(int32_t position);
   // Empties the context: the next step is at position 0.
   virtual Status reset() = 0;
   virtual int32_t position() const = 0;
+  // Positions the context holds at most (step() past it fails).
+  virtual int32_t context_capacity() const { return INT32_MAX; }
 };
 
 struct GenerateStats {
@@ -35,16 +48,49 @@ struct GenerateStats {
   double prefill_seconds = 0;  // every prompt token's step: the time to the first token
   int generated_tokens = 0;
   double decode_seconds = 0;   // the steps of generated tokens that were fed back
-  int decode_steps = 0;
+  int decode_steps = 0;        // plain steps (one token each)
+  // Speculation: verify steps, the tokens they checked as drafts and how many of those
+  // were right (each verify step also yields one token of its own).
+  int verify_steps = 0;
+  int drafted_tokens = 0;
+  int accepted_tokens = 0;
+  // Tokens the decoding passes produced (each plain step one, each verify step one
+  // and its accepted drafts): what decode tokens/s counts.
+  int decoded_tokens() const { return decode_steps + verify_steps + accepted_tokens; }
+  // Tokens per pass over the weights (1 without speculation).
+  double tokens_per_pass() const {
+    const int passes = decode_steps + verify_steps;
+    return passes > 0 ? static_cast<double>(decoded_tokens()) / passes : 0.0;
+  }
+  double tokens_per_verify_step() const {
+    return verify_steps > 0 ? static_cast<double>(verify_steps + accepted_tokens) / verify_steps : 0.0;
+  }
+  double acceptance_rate() const {
+    return drafted_tokens > 0 ? static_cast<double>(accepted_tokens) / drafted_tokens : 0.0;
+  }
 };
 
-// Greedy decoding: resets `model`, runs `prompt` token by token, then takes the
+struct GenerateOptions {
+  // Speculative decoding: the most tokens drafted per verify step (0: one token per
+  // step). At most the model's max_verify_tokens() - 1. The output is the same either
+  // way, token for token; only the speed differs.
+  int speculate = 0;
+  Drafter drafter;  // empty: PromptLookup
+};
+
+// Greedy decoding: resets `model`, runs `prompt` (model.prefill), then takes the
 // greedy token up to `max_new_tokens` times, feeding each back except the last. With
 // `stop`, a stop token ends decoding and is not returned. `on_token` sees each new
 // token as soon as it is chosen. Returns the new tokens.
+//
+// With options.speculate N > 0, a step may instead verify the fed-back token and up to
+// N drafted ones in one model.verify() call, keep the drafts that equal the greedy
+// tokens, take the model's own token after the last of them, and rewind the rest;
+// DraftPolicy decides how many to draft. Verification gives each token the bits a
+// plain step gives it, so the tokens are exactly those of plain greedy decoding.
 StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int32_t>& prompt, int max_new_tokens,
                                         const Tokenizer* stop = nullptr,
                                         const std::function<void(int32_t)>& on_token = {},
-                                        GenerateStats* stats = nullptr);
+                                        GenerateStats* stats = nullptr, const GenerateOptions& options = {});
 
 }  // namespace npurt::models

@@ -29,6 +29,11 @@ struct ArgmaxParams {
   uint32_t chunk = 0;  // elements per reduced row; 0: chosen by the operator
   bool with_value = false;  // "index" is [index, f32 bits of the maximum]
   uint64_t index_base = 0;  // added to the index (a shard's first element); base + n < 2^31
+  // Several vectors (x: vectors x n, "index": one result per vector, in order), spread
+  // over the blocks; with vectors_runtime the i32 scalar "rows" (last) says how many
+  // (clamped to 1 .. vectors).
+  uint32_t vectors = 1;
+  bool vectors_runtime = false;
 };
 
 // The global argmax from the [index, value bits] pairs of with_value launches, one per

@@ -26,6 +26,14 @@
 // reads the group's K/V itself). Positions are not split across blocks: combining
 // partial softmaxes would need a workspace argument.
 //
+// Several consecutive queries (queries > 1, or queries_runtime): "q" and "out" hold
+// `queries` tokens' heads (queries x n_heads x head_dim), query i at position
+// len - 1 + i attending to [first_i, len + i) (causal among them: the caller appends
+// their keys and values first); with queries_runtime the i32 scalar "rows" (last)
+// gives how many (clamped to 1 .. queries). Each query runs exactly the one-query
+// code, so its result is bitwise that of a one-query launch with len + i: the decode
+// step and the verification of drafted tokens agree to the bit.
+//
 // Accuracy: the query is multiplied by `scale` before the dot products and exp uses
 // the cores' f32 approximation, so results differ from an exact softmax by f32
 // rounding (rel-L2 ~1e-6); f16/bf16 caches are used as stored, without rounding q.
@@ -47,6 +55,8 @@ struct DecodeAttentionParams {
   isa::DType kv_dtype = isa::DType::kF32;  // f32, bf16 or f16
   uint32_t tile_t = 0;   // positions per tile; 0: the most that fit local memory
   uint32_t cores = 0;    // blocks; 0: the target's cores
+  uint32_t queries = 1;  // consecutive query tokens (the compiled most with queries_runtime)
+  bool queries_runtime = false;  // the i32 scalar "rows" gives the queries of a launch
 };
 
 class DecodeAttention final : public OperatorWith<DecodeAttentionParams, InPlace::kUnsafe> {

@@ -19,6 +19,15 @@
 // loaded once per block when it fits local memory, otherwise in k_tile chunks whose
 // products accumulate. The last row tile may be short, and k need not be a multiple
 // of k_tile.
+//
+// Batched (batch > 1, or batch_runtime): x holds `batch` vectors (batch x k, rows
+// contiguous) and y their products (batch x m); with batch_runtime the i32 scalar
+// "rows" (last argument) says how many (clamped to 1 .. batch), the others left as
+// they are. One batched TMV per row tile reads each weight block once for every
+// vector, and each vector's result is bitwise the batch = 1 kernel's for that vector,
+// whatever the batch and the vector's place in it (docs/isa.md, TMV): the decode step
+// and the verification of several drafted tokens compute the same bits. The k chunks
+// are the one-vector kernel's; the row tiles shrink so every vector's accumulator fits.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +46,8 @@ struct GemvParams {
   uint32_t rows_per_tile = 0;  // 0: chosen by the operator
   uint32_t k_tile = 0;         // columns per tile (a multiple of the block); 0: chosen by the operator
   uint32_t cores = 0;          // blocks; 0: the target's cores
+  uint32_t batch = 1;          // vectors, 1 .. isa::kMaxTmvBatch (the compiled most with batch_runtime)
+  bool batch_runtime = false;  // the i32 scalar "rows" gives the vectors of a launch
 };
 
 class Gemv final : public OperatorWith<GemvParams, InPlace::kUnsafe> {

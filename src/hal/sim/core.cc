@@ -708,10 +708,13 @@ bool Core::Exec::exec_tmv() {
   const TileDesc* x = acc ? f32_tile(i.e, "x") : nullptr;
   const ArgBinding* a = x ? memory_arg(i.b, /*store=*/false) : nullptr;
   if (!a) return false;
-  if (acc->cols != 1 || x->rows != 1) {
+  // x holds T vectors (T x K); the accumulator is R x 1 (T = 1, the GEMV form) or T x R.
+  const bool column = acc->cols == 1 && x->rows == 1;
+  const uint32_t batch = x->rows, rows = column ? acc->rows : acc->cols;
+  if (!column && (acc->rows != batch || batch > isa::kMaxTmvBatch)) {
     return fail("TMV shapes: accumulator " + std::to_string(acc->rows) + "x" + std::to_string(acc->cols) +
-                " (must be rows x 1), x " + std::to_string(x->rows) + "x" + std::to_string(x->cols) +
-                " (must be 1 x K)");
+                " (must be rows x 1 for one vector, or T x rows), x " + std::to_string(x->rows) + "x" +
+                std::to_string(x->cols) + " (T x K, T <= " + std::to_string(isa::kMaxTmvBatch) + ")");
   }
   const uint64_t a0 = acc->offset, a1 = a0 + elems(*acc) * 4, x0 = x->offset, x1 = x0 + elems(*x) * 4;
   if (a0 < x1 && x0 < a1 && elems(*acc) > 0 && elems(*x) > 0) return fail("TMV accumulator overlaps x");
@@ -724,17 +727,17 @@ bool Core::Exec::exec_tmv() {
   } else {
     row_bytes = static_cast<uint64_t>(x->cols) * isa::dtype_size(wt);
   }
-  if (acc->rows == 0) return true;
+  if (rows == 0 || batch == 0) return true;
   const int64_t pitch = reg(i.d);
   uint64_t first = 0;
-  if (!gm_window(*a, i.b, reg(i.c), acc->rows, row_bytes, pitch, &first)) return false;
-  for (uint32_t r = 0; r < acc->rows; ++r) {
+  if (!gm_window(*a, i.b, reg(i.c), rows, row_bytes, pitch, &first)) return false;
+  for (uint32_t r = 0; r < rows; ++r) {
     if (!check_initialized(first + static_cast<uint64_t>(r) * static_cast<uint64_t>(pitch), row_bytes, i.b)) {
       return false;
     }
   }
-  matvec(L.gm->ptr(first), wt, static_cast<size_t>(pitch), acc->rows, lf(*x), x->cols, lf(*acc),
-         (i.flags & isa::kAccumulate) != 0);
+  matvec_batch(L.gm->ptr(first), wt, static_cast<size_t>(pitch), rows, lf(*x), x->cols, batch, lf(*acc),
+               (i.flags & isa::kAccumulate) != 0);
   return true;
 }
 

@@ -277,6 +277,23 @@ struct QuantBlock<isa::DType::kQ8_0> {
     const auto* q = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ8_0, qs));
     a.acc = hn::MulAdd(DotQ<DI8>(q, x, 32), BroadcastBlockHalf(src), a.acc);
   }
+  // Dot for N vectors (x[t] at the block's values): the block is converted once, and
+  // each vector gets Dot's operations in Dot's order, so Dot's bits.
+  template <size_t N>
+  static HWY_INLINE void DotN(const uint8_t* src, const float* const* x, const float* const*, RowAcc* a) {
+    const DF df;
+    const size_t lanes = hn::Lanes(df), vecs = 32 / lanes;
+    const auto* q = reinterpret_cast<const int8_t*>(src + offsetof(isa::BlockQ8_0, qs));
+    hn::Vec<DF> v[32];  // 32 / lanes used
+    for (size_t j = 0; j < vecs; ++j) v[j] = hn::ConvertTo(df, hn::PromoteTo(DI32(), hn::LoadU(DI8(), q + j * lanes)));
+    const auto d = BroadcastBlockHalf(src);
+#pragma GCC unroll 8
+    for (size_t t = 0; t < N; ++t) {
+      auto s = hn::Mul(v[0], hn::LoadU(df, x[t]));
+      for (size_t j = 1; j < vecs; ++j) s = hn::MulAdd(v[j], hn::LoadU(df, x[t] + j * lanes), s);
+      a[t].acc = hn::MulAdd(s, d, a[t].acc);
+    }
+  }
 };
 
 template <bool kFifthBit>
@@ -505,23 +522,124 @@ void StreamRows(const uint8_t* base, size_t stride, size_t rows, float* y, bool 
   }
 }
 
-template <isa::DType T>
-void MatVecQuant(const uint8_t* base, size_t stride, size_t rows, const float* x, size_t k, float* y,
-                 bool accumulate) {
-  const size_t nb = k / QuantBlock<T>::kElems;
-  // Sums of x per 32 values for the K types' minimum terms, the last 8 of each
-  // block's kXsumPerBlock entries (any before them stay 0).
-  constexpr size_t kPer = QuantBlock<T>::kXsumPerBlock;
-  std::vector<float> xsum(nb * kPer, 0.0f);
-  for (size_t i = 0; kPer > 0 && i < nb; ++i) {
-    for (size_t j = 0; j < 8; ++j) {
-      float s = 0.0f;
-      for (size_t l = 0; l < 32; ++l) s += x[256 * i + 32 * j + l];
-      xsum[kPer * (i + 1) - 8 + j] = s;
+// Weight rows a group of a batched TMV holds: small enough to stay in L2 while every
+// vector of the batch reads them, so each weight byte crosses DRAM once.
+constexpr size_t kBatchGroupBytes = 192 << 10;
+
+// Calls f(t, r0, n) for every vector t of the batch and every group [r0, r0 + n) of
+// rows: one vector takes all rows at once (the plain GEMV), several take the rows in
+// groups, every vector in turn. A row's result never depends on its group (every row
+// kernel below keeps its own accumulators), which is what makes a batched TMV give
+// each vector the bits a TMV of that vector alone gives.
+template <typename F>
+HWY_INLINE void ForEachRowGroup(size_t stride, size_t rows, size_t batch, const F& f) {
+  const size_t group = batch == 1 ? rows : std::max<size_t>(kStreams, kBatchGroupBytes / std::max<size_t>(stride, 1));
+  for (size_t r0 = 0; r0 < rows; r0 += group) {
+    for (size_t t = 0; t < batch; ++t) f(t, r0, std::min(group, rows - r0));
+  }
+}
+
+// Vectors one pass over a row takes at once in a batched TMV: they share each block's
+// decoding, and the accumulators of all of them stay in registers.
+constexpr size_t kBatchChunk = 8;
+template <size_t N>
+using VecCount = std::integral_constant<size_t, N>;
+
+// The batched form of StreamRows: rows one at a time, each against the batch's vectors
+// kBatchChunk at a time; dot(row, t0, out, VecCount<n>) computes the row against
+// vectors t0 .. t0 + n into out[0..n). A row is read from memory by its first chunk
+// and from cache by the others.
+template <typename Dot>
+void BatchRows(const uint8_t* base, size_t stride, size_t rows, size_t batch, float* y, size_t y_pitch,
+               bool accumulate, const Dot& dot) {
+  for (size_t i = 0; i < rows; ++i) {
+    const uint8_t* row = base + i * stride;
+    for (size_t t0 = 0; t0 < batch; t0 += kBatchChunk) {
+      float v[kBatchChunk];
+      const size_t n = std::min(kBatchChunk, batch - t0);
+      switch (n) {
+        case 1: dot(row, t0, v, VecCount<1>{}); break;
+        case 2: dot(row, t0, v, VecCount<2>{}); break;
+        case 3: dot(row, t0, v, VecCount<3>{}); break;
+        case 4: dot(row, t0, v, VecCount<4>{}); break;
+        case 5: dot(row, t0, v, VecCount<5>{}); break;
+        case 6: dot(row, t0, v, VecCount<6>{}); break;
+        case 7: dot(row, t0, v, VecCount<7>{}); break;
+        default: dot(row, t0, v, VecCount<8>{}); break;
+      }
+      for (size_t j = 0; j < n; ++j) {
+        float& out = y[(t0 + j) * y_pitch + i];
+        out = accumulate ? out + v[j] : v[j];
+      }
     }
   }
-  StreamRows(base, stride, rows, y, accumulate, [&](const uint8_t* const* rp, float* out, auto n) {
-    DotRowsQuant<T, decltype(n)::value>(rp, x, xsum.data(), nb, out);
+}
+
+// Whether block type Q computes several vectors at once (DotN); if not, each vector
+// takes Dot in turn (the block then comes from cache).
+template <typename Q>
+concept HasDotN = requires(const uint8_t* s, const float* const* x, RowAcc* a) { Q::template DotN<1>(s, x, x, a); };
+
+// DotRowsQuant for one row against N vectors (x[t], xsum[t]): each vector's state
+// takes the same steps as in DotRowsQuant, so it ends with the same bits.
+template <isa::DType T, size_t N>
+HWY_INLINE void DotRowQuantN(const uint8_t* row, const float* const* x, const float* const* xsum, size_t nb,
+                             float* out) {
+  using Q = QuantBlock<T>;
+  RowAcc a[N];
+  for (size_t t = 0; t < N; ++t) a[t] = {hn::Zero(DF()), hn::Zero(DF()), 0.0f};
+  size_t pf = 0;
+  const float* xb[N];
+  const float* sb[N];
+  for (size_t b = 0; b < nb; ++b) {
+    for (; pf < (b + 1) * Q::kBytes; pf += 64) hwy::Prefetch(row + pf + kPrefetchBytes);
+    for (size_t t = 0; t < N; ++t) {
+      xb[t] = x[t] + b * Q::kElems;
+      sb[t] = xsum[t] + b * Q::kXsumPerBlock;
+    }
+    if constexpr (HasDotN<Q>) {
+      Q::template DotN<N>(row + b * Q::kBytes, xb, sb, a);
+    } else {
+      for (size_t t = 0; t < N; ++t) Q::Dot(row + b * Q::kBytes, xb[t], sb[t], a[t]);
+    }
+  }
+  for (size_t t = 0; t < N; ++t) out[t] = hn::GetLane(hn::SumOfLanes(DF(), hn::Sub(a[t].acc, a[t].min_acc))) - a[t].mins;
+}
+
+template <isa::DType T>
+void MatVecQuant(const uint8_t* base, size_t stride, size_t rows, const float* x, size_t k, size_t batch,
+                 size_t x_pitch, float* y, size_t y_pitch, bool accumulate) {
+  const size_t nb = k / QuantBlock<T>::kElems;
+  // Sums of x per 32 values for the K types' minimum terms, the last 8 of each
+  // block's kXsumPerBlock entries (any before them stay 0), per vector.
+  constexpr size_t kPer = QuantBlock<T>::kXsumPerBlock;
+  std::vector<float> xsum(batch * nb * kPer, 0.0f);
+  for (size_t t = 0; kPer > 0 && t < batch; ++t) {
+    const float* xt = x + t * x_pitch;
+    float* st = xsum.data() + t * nb * kPer;
+    for (size_t i = 0; i < nb; ++i) {
+      for (size_t j = 0; j < 8; ++j) {
+        float s = 0.0f;
+        for (size_t l = 0; l < 32; ++l) s += xt[256 * i + 32 * j + l];
+        st[kPer * (i + 1) - 8 + j] = s;
+      }
+    }
+  }
+  if (batch == 1) {
+    StreamRows(base, stride, rows, y, accumulate, [&](const uint8_t* const* rp, float* out, auto count) {
+      DotRowsQuant<T, decltype(count)::value>(rp, x, xsum.data(), nb, out);
+    });
+    return;
+  }
+  BatchRows(base, stride, rows, batch, y, y_pitch, accumulate, [&](const uint8_t* row, size_t t0, float* out, auto n) {
+    constexpr size_t N = decltype(n)::value;
+    const float* xs[N];
+    const float* ss[N];
+    for (size_t j = 0; j < N; ++j) {
+      xs[j] = x + (t0 + j) * x_pitch;
+      ss[j] = xsum.data() + (t0 + j) * nb * kPer;
+    }
+    DotRowQuantN<T, N>(row, xs, ss, nb, out);
   });
 }
 
@@ -626,6 +744,33 @@ struct Q4K {
     }
   }
 
+  // Dot for N vectors: the nibbles are unpacked once, and each vector's state takes
+  // Dot's steps in Dot's order.
+  template <size_t N>
+  static HWY_INLINE NPURT_VNNI void DotN(const uint8_t* src, const int8_t* const* xd, const float* const* xf, Acc* a) {
+    const DF df;
+    const __m512 scales_mins = Q4KScalesMins(src);
+    __m512 sm[N];
+    for (size_t t = 0; t < N; ++t) {
+      sm[t] = _mm512_mul_ps(scales_mins, _mm512_loadu_ps(xf[t]));
+      a[t].min_acc = hn::MulAdd(hn::Vec<DF>{sm[t]}, hn::LoadU(df, xf[t] + 16), a[t].min_acc);
+    }
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const uint8_t* qs = src + offsetof(isa::BlockQ4_K, qs);
+    for (int half = 0; half < 2; ++half, qs += 64) {
+      const __m512i w = _mm512_loadu_si512(qs);
+      const __m512i q[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
+      for (int n = 0; n < 2; ++n) {
+        const int j = static_cast<int>(SubBlock(2 * half + n, 0)), j2 = j + 2;
+        const __m512i idx = _mm512_set_epi32(j2, j2, j2, j2, j2, j2, j2, j2, j, j, j, j, j, j, j, j);
+        for (size_t t = 0; t < N; ++t) {
+          const __m512i d = DotDigits(q[n], xd[t] + 192 * (2 * half + n));
+          a[t].acc = hn::MulAdd(hn::Vec<DF>{_mm512_cvtepi32_ps(d)}, hn::Vec<DF>{_mm512_permutexvar_ps(idx, sm[t])}, a[t].acc);
+        }
+      }
+    }
+  }
+
   static NPURT_VNNI bool Prepare(const float* x, int8_t* xd, float* xf) {
     int32_t big[16];
     for (size_t j = 0; j < 8; ++j) {
@@ -679,6 +824,29 @@ struct Q4_0Q5_0 {
     const __m512 d = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
                                            _mm512_castps128_ps512(_mm_cvtph_ps(dh)));
     a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, _mm512_loadu_ps(xf)), a);
+  }
+
+  // Dot for N vectors, the values and scales decoded once (as Q4K::DotN).
+  template <size_t N>
+  static HWY_INLINE NPURT_VNNI void DotN(const uint8_t* src, const int8_t* const* xd, const float* const* xf, Acc* a) {
+    const uint8_t* qs = src + (kFifthBit ? offsetof(isa::BlockQ5_0, qs) : offsetof(isa::BlockQ4_0, qs));
+    const auto load128 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
+    __m512i v = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(load128(qs)), 0xff00, load128(qs + kBlock));
+    v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00, v, 4), _mm512_set1_epi8(15));
+    if constexpr (kFifthBit) {
+      const uint8_t* qh = src + offsetof(isa::BlockQ5_0, qh);
+      const uint64_t h = LoadAt(reinterpret_cast<const uint32_t*>(qh)) |
+                         uint64_t{LoadAt(reinterpret_cast<const uint32_t*>(qh + kBlock))} << 32;
+      v = _mm512_mask_add_epi8(v, h, v, _mm512_set1_epi8(16));
+    }
+    const __m128i dh = _mm_insert_epi16(_mm_cvtsi32_si128(LoadAt(reinterpret_cast<const uint16_t*>(src))),
+                                        LoadAt(reinterpret_cast<const uint16_t*>(src + kBlock)), 1);
+    const __m512 d = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                           _mm512_castps128_ps512(_mm_cvtph_ps(dh)));
+    for (size_t i = 0; i < N; ++i) {
+      const __m512i t = _mm512_sub_epi32(DotDigits(v, xd[i]), _mm512_loadu_si512(xd[i] + 192));
+      a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, _mm512_loadu_ps(xf[i])), a[i]);
+    }
   }
 
   static NPURT_VNNI bool Prepare(const float* x, int8_t* xd, float* xf) {
@@ -739,6 +907,39 @@ struct Q6K {
     }
   }
 
+  // Dot for N vectors, the values decoded once (as Q4K::DotN).
+  template <size_t N>
+  static HWY_INLINE NPURT_VNNI void DotN(const uint8_t* src, const int8_t* const* xd, const float* const* xf, Acc* a) {
+    const __m512 d = _mm512_set1_ps(HalfAt(src + offsetof(isa::BlockQ6_K, d)));
+    const __m512i sc = _mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + offsetof(isa::BlockQ6_K, scales))));
+    const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+    __m512 scale[N];
+    for (size_t t = 0; t < N; ++t) scale[t] = _mm512_mul_ps(dsc, _mm512_loadu_ps(xf[t]));
+    const __m512i low4 = _mm512_set1_epi8(15), pair = _mm512_set1_epi8(0x30);
+    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
+      const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
+      const __m512i l = _mm512_loadu_si512(ql);
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)));
+      const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_sllv_epi16(h, shl), pair), l, low4, 0xD8);
+      const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srlv_epi16(h, shr), pair),
+                                                     _mm512_srli_epi16(l, 4), low4, 0xD8);
+      for (int n = 0; n < 2; ++n) {
+        const int g = 8 * half + 4 * n;
+        const __m512i idx = _mm512_set_epi32(g + 3, g + 3, g + 3, g + 3, g + 2, g + 2, g + 2, g + 2, g + 1, g + 1, g + 1,
+                                             g + 1, g, g, g, g);
+        for (size_t i = 0; i < N; ++i) {
+          const int8_t* x = xd[i] + 256 * (2 * half + n);
+          const __m512i t = _mm512_sub_epi32(DotDigits(n == 0 ? q_lo : q_hi, x), _mm512_loadu_si512(x + 192));
+          a[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_permutexvar_ps(idx, scale[i]), a[i]);
+        }
+      }
+    }
+  }
+
   static NPURT_VNNI bool Prepare(const float* x, int8_t* xd, float* xf) {
     int32_t big[64];
     for (size_t v = 0; v < 4; ++v, xd += 256) {
@@ -783,17 +984,81 @@ struct Rows {
   }
 };
 
-// As MatVecQuant, with x prepared for Q; false (nothing written) if x is not finite.
+// DotRows for one row against N prepared vectors (Q::DotN).
+template <typename Q, size_t N>
+HWY_INLINE NPURT_VNNI void DotRowN(const uint8_t* row, const int8_t* const* xd, const float* const* xf, size_t nb,
+                                   float* out) {
+  typename Q::Acc a[N];
+  for (size_t t = 0; t < N; ++t) a[t] = Q::Zero();
+  size_t pf = 0;
+  const int8_t* db[N];
+  const float* fb[N];
+  for (size_t b = 0; b < nb; ++b) {
+    for (; pf < (b + 1) * Q::kBytes; pf += 64) hwy::Prefetch(row + pf + kPrefetchBytes);
+    for (size_t t = 0; t < N; ++t) {
+      db[t] = xd[t] + b * Q::kDigitBytes;
+      fb[t] = xf[t] + b * Q::kFloats;
+    }
+    Q::template DotN<N>(row + b * Q::kBytes, db, fb, a);
+  }
+  for (size_t t = 0; t < N; ++t) out[t] = Q::Sum(a[t]);
+}
+
+// BatchRows' dot for Q: the vectors of a chunk that the integer path kept, prepared.
 template <typename Q>
-NPURT_VNNI bool MatVec(const uint8_t* base, size_t stride, size_t rows, const float* x, size_t k, float* y, bool accumulate) {
+struct RowsN {
+  const int8_t* const* xd;  // per vector of the batch
+  const float* const* xf;
+  size_t nb;
+  template <size_t N>
+  NPURT_VNNI void operator()(const uint8_t* row, size_t t0, float* out, VecCount<N>) const {
+    DotRowN<Q, N>(row, xd + t0, xf + t0, nb, out);
+  }
+};
+
+// As MatVecQuant, each vector prepared for Q. Returns false (nothing written) if k
+// does not suit Q; a vector that is not finite is left out and flagged in `declined`
+// (its column is then the f32 kernel's, as a TMV of that vector alone would give).
+template <typename Q>
+NPURT_VNNI bool MatVec(const uint8_t* base, size_t stride, size_t rows, const float* x, size_t k, size_t batch,
+                       size_t x_pitch, float* y, size_t y_pitch, bool accumulate, std::vector<uint8_t>& declined) {
   if (k % Q::kElems != 0) return false;
   const size_t nb = k / Q::kElems;
-  std::vector<int8_t> xd(nb * Q::kDigitBytes);
-  std::vector<float> xf(nb * Q::kFloats);
-  for (size_t b = 0; b < nb; ++b) {
-    if (!Q::Prepare(x + b * Q::kElems, xd.data() + b * Q::kDigitBytes, xf.data() + b * Q::kFloats)) return false;
+  std::vector<int8_t> xd(batch * nb * Q::kDigitBytes);
+  std::vector<float> xf(batch * nb * Q::kFloats);
+  declined.assign(batch, 0);
+  bool any = false;
+  for (size_t t = 0; t < batch; ++t) {
+    int8_t* dt = xd.data() + t * nb * Q::kDigitBytes;
+    float* ft = xf.data() + t * nb * Q::kFloats;
+    for (size_t b = 0; b < nb && !declined[t]; ++b) {
+      declined[t] = !Q::Prepare(x + t * x_pitch + b * Q::kElems, dt + b * Q::kDigitBytes, ft + b * Q::kFloats);
+    }
+    any = any || !declined[t];
   }
-  StreamRows(base, stride, rows, y, accumulate, Rows<Q>{xd.data(), xf.data(), nb});
+  if (!any) return false;
+  if (batch == 1) {
+    StreamRows(base, stride, rows, y, accumulate, Rows<Q>{xd.data(), xf.data(), nb});
+    return true;
+  }
+  // The kept vectors, packed, and where their results go.
+  std::vector<const int8_t*> kd;
+  std::vector<const float*> kf;
+  std::vector<size_t> kept;
+  for (size_t t = 0; t < batch; ++t) {
+    if (declined[t]) continue;
+    kd.push_back(xd.data() + t * nb * Q::kDigitBytes);
+    kf.push_back(xf.data() + t * nb * Q::kFloats);
+    kept.push_back(t);
+  }
+  // Consecutive kept vectors write consecutive rows of y only when none was declined.
+  if (kept.size() == batch) {
+    BatchRows(base, stride, rows, batch, y, y_pitch, accumulate, RowsN<Q>{kd.data(), kf.data(), nb});
+    return true;
+  }
+  for (size_t j = 0; j < kept.size(); ++j) {
+    BatchRows(base, stride, rows, 1, y + kept[j] * y_pitch, y_pitch, accumulate, RowsN<Q>{kd.data() + j, kf.data() + j, nb});
+  }
   return true;
 }
 
@@ -801,131 +1066,148 @@ NPURT_VNNI bool MatVec(const uint8_t* base, size_t stride, size_t rows, const fl
 #undef NPURT_VNNI
 #endif
 
-// Plain rows: two accumulators hide the FMA latency; `load` converts a full vector,
-// `scalar` one element of the tail.
-template <typename LoadF, typename ScalarF>
-HWY_INLINE float DotPlain(const float* x, size_t k, LoadF load, ScalarF scalar) {
-  const DF df;
-  const size_t n = hn::Lanes(df);
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df);
-  size_t l = 0;
-  for (; l + 2 * n <= k; l += 2 * n) {
-    a0 = hn::MulAdd(load(l), hn::LoadU(df, x + l), a0);
-    a1 = hn::MulAdd(load(l + n), hn::LoadU(df, x + l + n), a1);
-  }
-  for (; l + n <= k; l += n) a0 = hn::MulAdd(load(l), hn::LoadU(df, x + l), a0);
-  float tail = 0.0f;
-  for (; l < k; ++l) tail += scalar(l) * x[l];
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, a1))) + tail;
-}
-
-float DotRowPlain(const uint8_t* row, isa::DType type, const float* x, size_t k) {
-  const DF df;
-  if (type == isa::DType::kF32) {
-    const auto* w = reinterpret_cast<const float*>(row);
-    return DotPlain(x, k, [&](size_t l) { return hn::LoadU(df, w + l); }, [&](size_t l) { return LoadAt<float>(w + l); });
-  }
-  const auto* w = reinterpret_cast<const uint16_t*>(row);
-  const hn::Rebind<uint16_t, DF> d16;
-  if (type == isa::DType::kBF16) {
-    const hn::Rebind<uint32_t, DF> d32;
-    return DotPlain(
-        x, k, [&](size_t l) { return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, hn::LoadU(d16, w + l)))); },
-        [&](size_t l) { return isa::bf16_to_f32(LoadAt<uint16_t>(w + l)); });
-  }
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  return DotPlain(
-      x, k, [&](size_t l) { return hn::PromoteTo(df, hn::BitCast(dh, hn::LoadU(d16, w + l))); },
-      [&](size_t l) { return isa::f16_to_f32(LoadAt<uint16_t>(w + l)); });
-}
-
-// Four plain rows at once: each x vector is loaded once for four rows and four weight
-// streams are in flight, which one core needs to get near DRAM bandwidth. The tail
-// (k not a multiple of the vector length) goes through DotRowPlain's scalar path.
-void DotFourRowsPlain(const uint8_t* row0, size_t stride, isa::DType type, const float* x, size_t k, float out[4]) {
+// Plain rows (f32, bf16, f16), R at a time: each x vector is loaded once for R rows
+// and R weight streams are in flight, which one core needs to get near DRAM bandwidth.
+// Every row has one accumulator and the same tail (k not a multiple of the vector
+// length: a scalar sum added last), so its result is the same whatever R.
+template <size_t R>
+HWY_INLINE void DotRowsPlain(const uint8_t* row0, size_t stride, isa::DType type, const float* x, size_t k,
+                             float* out) {
   const DF df;
   const size_t n = hn::Lanes(df);
   const size_t body = k / n * n;
   const hn::Rebind<uint16_t, DF> d16;
   const hn::Rebind<uint32_t, DF> d32;
   const hn::Rebind<hwy::float16_t, DF> dh;
-  const auto load = [&](int r, size_t l) {
-    const uint8_t* row = row0 + static_cast<size_t>(r) * stride;
+  const auto load = [&](size_t r, size_t l) {
+    const uint8_t* row = row0 + r * stride;
     if (type == isa::DType::kF32) return hn::LoadU(df, reinterpret_cast<const float*>(row) + l);
     const auto h = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(row) + l);
     if (type == isa::DType::kBF16) return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, h)));
     return hn::PromoteTo(df, hn::BitCast(dh, h));
   };
+  const auto scalar = [&](size_t r, size_t l) {
+    const uint8_t* row = row0 + r * stride;
+    if (type == isa::DType::kF32) return LoadAt(reinterpret_cast<const float*>(row) + l);
+    const uint16_t h = LoadAt(reinterpret_cast<const uint16_t*>(row) + l);
+    return type == isa::DType::kBF16 ? isa::bf16_to_f32(h) : isa::f16_to_f32(h);
+  };
   const size_t esize = isa::dtype_size(type);
-  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  hn::Vec<DF> a[R];
+  for (size_t r = 0; r < R; ++r) a[r] = hn::Zero(df);
   for (size_t l = 0; l < body; l += n) {
     if ((l * esize) % 64 == 0) {  // one prefetch per cache line of each row
-      for (int r = 0; r < 4; ++r) hwy::Prefetch(row0 + r * stride + l * esize + kPrefetchBytes);
+      for (size_t r = 0; r < R; ++r) hwy::Prefetch(row0 + r * stride + l * esize + kPrefetchBytes);
     }
     const auto xv = hn::LoadU(df, x + l);
-    a0 = hn::MulAdd(load(0, l), xv, a0);
-    a1 = hn::MulAdd(load(1, l), xv, a1);
-    a2 = hn::MulAdd(load(2, l), xv, a2);
-    a3 = hn::MulAdd(load(3, l), xv, a3);
+#pragma GCC unroll 4
+    for (size_t r = 0; r < R; ++r) a[r] = hn::MulAdd(load(r, l), xv, a[r]);
   }
-  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
-  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
-  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
-  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
-  if (body == k) return;
-  for (int r = 0; r < 4; ++r) {
-    out[r] += DotRowPlain(row0 + r * stride + body * esize, type, x + body, k - body);
+  for (size_t r = 0; r < R; ++r) {
+    float tail = 0.0f;
+    for (size_t l = body; l < k; ++l) tail += scalar(r, l) * x[l];
+    out[r] = hn::GetLane(hn::SumOfLanes(df, a[r])) + tail;
   }
 }
 
-void MatVec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
-            float* y, bool accumulate) {
-  const auto* base = static_cast<const uint8_t*>(w);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
-  // The VNNI kernels where the CPU has AVX512_VNNI; they decline (nothing written) a
-  // non-finite x, and Q4_0 / Q5_0 rows of an odd number of blocks, for the f32 ones.
-  static const bool vnni = __builtin_cpu_supports("avx512vnni");
-  if (vnni && matvec_integer_path()) {
-    bool done = false;
-    switch (type) {
-      case isa::DType::kQ4_0:
-        done = tmv_vnni::MatVec<tmv_vnni::Q4_0Q5_0<false>>(base, row_stride_bytes, rows, x, k, y, accumulate);
-        break;
-      case isa::DType::kQ5_0:
-        done = tmv_vnni::MatVec<tmv_vnni::Q4_0Q5_0<true>>(base, row_stride_bytes, rows, x, k, y, accumulate);
-        break;
-      case isa::DType::kQ4_K:
-        done = tmv_vnni::MatVec<tmv_vnni::Q4K>(base, row_stride_bytes, rows, x, k, y, accumulate);
-        break;
-      case isa::DType::kQ6_K:
-        done = tmv_vnni::MatVec<tmv_vnni::Q6K>(base, row_stride_bytes, rows, x, k, y, accumulate);
-        break;
-      default: break;
-    }
-    if (done) return;
-  }
-#endif
-  switch (type) {
-#define NPURT_QUANT_CASE(T) \
-  case isa::DType::T: return MatVecQuant<isa::DType::T>(base, row_stride_bytes, rows, x, k, y, accumulate);
-    NPURT_QUANT_CASE(kQ8_0)
-    NPURT_QUANT_CASE(kQ4_0)
-    NPURT_QUANT_CASE(kQ5_0)
-    NPURT_QUANT_CASE(kQ4_K)
-    NPURT_QUANT_CASE(kQ5_K)
-    NPURT_QUANT_CASE(kQ6_K)
-#undef NPURT_QUANT_CASE
-    default: break;
-  }
+void MatVecPlain(const uint8_t* base, isa::DType type, size_t stride, size_t rows, const float* x, size_t k,
+                 float* y, bool accumulate) {
   size_t i = 0;
+  float v[4];
+  const auto put = [&](size_t at, size_t n) {
+    for (size_t r = 0; r < n; ++r) y[at + r] = accumulate ? y[at + r] + v[r] : v[r];
+  };
   for (; i + 4 <= rows; i += 4) {
-    float v[4];
-    DotFourRowsPlain(base + i * row_stride_bytes, row_stride_bytes, type, x, k, v);
-    for (int r = 0; r < 4; ++r) y[i + r] = accumulate ? y[i + r] + v[r] : v[r];
+    DotRowsPlain<4>(base + i * stride, stride, type, x, k, v);
+    put(i, 4);
   }
   for (; i < rows; ++i) {
-    const float v = DotRowPlain(base + i * row_stride_bytes, type, x, k);
-    y[i] = accumulate ? y[i] + v : v;
+    DotRowsPlain<1>(base + i * stride, stride, type, x, k, v);
+    put(i, 1);
+  }
+}
+
+// What matvec_set_batch_reorder_for_test turns on: the row dequantized, then its
+// products added last to first.
+void MatVecReordered(const uint8_t* base, isa::DType type, size_t stride, size_t rows, const float* x, size_t k,
+                     float* y, bool accumulate) {
+  std::vector<float> w(k);
+  for (size_t i = 0; i < rows; ++i) {
+    const uint8_t* row = base + i * stride;
+    if (isa::dtype_is_quantized(type)) {
+      Dequantize(row, type, w.data(), k);
+    } else {
+      for (size_t l = 0; l < k; ++l) w[l] = type == isa::DType::kF32 ? LoadAt(reinterpret_cast<const float*>(row) + l)
+                                          : type == isa::DType::kBF16 ? isa::bf16_to_f32(LoadAt(reinterpret_cast<const uint16_t*>(row) + l))
+                                                                      : isa::f16_to_f32(LoadAt(reinterpret_cast<const uint16_t*>(row) + l));
+    }
+    float s = 0.0f;
+    for (size_t l = k; l-- > 0;) s += w[l] * x[l];
+    y[i] = accumulate ? y[i] + s : s;
+  }
+}
+
+void MatVecBatch(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+                 size_t batch, size_t x_pitch, float* y, size_t y_pitch, bool accumulate) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  if (batch > 1 && matvec_batch_reorder()) {
+    for (size_t t = 0; t < batch; ++t) MatVecReordered(base, type, row_stride_bytes, rows, x + t * x_pitch, k, y + t * y_pitch, accumulate);
+    return;
+  }
+  // Vectors the integer kernels left to the f32 ones (each flag set: that vector).
+  std::vector<uint8_t> rest(batch, 1);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
+  // The VNNI kernels where the CPU has AVX512_VNNI; they decline a non-finite vector,
+  // and Q4_0 / Q5_0 rows of an odd number of blocks, for the f32 ones.
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (vnni && matvec_integer_path()) {
+    const auto run = [&](auto q) {
+      std::vector<uint8_t> declined;
+      if (tmv_vnni::MatVec<decltype(q)>(base, row_stride_bytes, rows, x, k, batch, x_pitch, y, y_pitch, accumulate,
+                                         declined)) {
+        rest = std::move(declined);
+      }
+    };
+    switch (type) {
+      case isa::DType::kQ4_0: run(tmv_vnni::Q4_0Q5_0<false>{}); break;
+      case isa::DType::kQ5_0: run(tmv_vnni::Q4_0Q5_0<true>{}); break;
+      case isa::DType::kQ4_K: run(tmv_vnni::Q4K{}); break;
+      case isa::DType::kQ6_K: run(tmv_vnni::Q6K{}); break;
+      default: break;
+    }
+  }
+#endif
+  for (size_t t0 = 0; t0 < batch;) {
+    // Runs of vectors left to the f32 kernels go together.
+    if (!rest[t0]) {
+      ++t0;
+      continue;
+    }
+    size_t t1 = t0 + 1;
+    while (t1 < batch && rest[t1]) ++t1;
+    const float* xs = x + t0 * x_pitch;
+    float* ys = y + t0 * y_pitch;
+    const size_t n = t1 - t0;
+    switch (type) {
+#define NPURT_QUANT_CASE(T)                                                                       \
+  case isa::DType::T:                                                                             \
+    MatVecQuant<isa::DType::T>(base, row_stride_bytes, rows, xs, k, n, x_pitch, ys, y_pitch, accumulate); \
+    break;
+      NPURT_QUANT_CASE(kQ8_0)
+      NPURT_QUANT_CASE(kQ4_0)
+      NPURT_QUANT_CASE(kQ5_0)
+      NPURT_QUANT_CASE(kQ4_K)
+      NPURT_QUANT_CASE(kQ5_K)
+      NPURT_QUANT_CASE(kQ6_K)
+#undef NPURT_QUANT_CASE
+      default:
+        ForEachRowGroup(row_stride_bytes, rows, n, [&](size_t t, size_t r0, size_t g) {
+          MatVecPlain(base + r0 * row_stride_bytes, type, row_stride_bytes, g, xs + t * x_pitch, k,
+                      ys + t * y_pitch + r0, accumulate);
+        });
+        break;
+    }
+    t0 = t1;
   }
 }
 
@@ -937,10 +1219,11 @@ HWY_AFTER_NAMESPACE();
 namespace npurt::sim {
 
 HWY_EXPORT(Dequantize);
-HWY_EXPORT(MatVec);
+HWY_EXPORT(MatVecBatch);
 
 namespace {
 std::atomic<bool> g_integer_path{true};
+std::atomic<bool> g_batch_reorder{false};
 }  // namespace
 
 bool matvec_integer_path() { return g_integer_path.load(std::memory_order_relaxed); }
@@ -948,8 +1231,16 @@ void matvec_set_integer_path_for_test(bool enabled) { g_integer_path.store(enabl
 
 void matvec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
             float* y, bool accumulate) {
-  HWY_DYNAMIC_DISPATCH(MatVec)(w, type, row_stride_bytes, rows, x, k, y, accumulate);
+  HWY_DYNAMIC_DISPATCH(MatVecBatch)(w, type, row_stride_bytes, rows, x, k, 1, k, y, rows, accumulate);
 }
+
+void matvec_batch(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+                  size_t batch, float* y, bool accumulate) {
+  HWY_DYNAMIC_DISPATCH(MatVecBatch)(w, type, row_stride_bytes, rows, x, k, batch, k, y, rows, accumulate);
+}
+
+bool matvec_batch_reorder() { return g_batch_reorder.load(std::memory_order_relaxed); }
+void matvec_set_batch_reorder_for_test(bool reorder) { g_batch_reorder.store(reorder, std::memory_order_relaxed); }
 
 void dequantize(const void* blocks, isa::DType type, float* out, size_t n) {
   HWY_DYNAMIC_DISPATCH(Dequantize)(blocks, type, out, n);

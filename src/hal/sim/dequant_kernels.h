@@ -28,6 +28,19 @@ void dequantize(const void* blocks, isa::DType type, float* out, size_t n);
 void matvec(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
             float* y, bool accumulate);
 
+// matvec for `batch` vectors: x holds them (batch x k, rows contiguous), y the results
+// (batch x rows). Each weight row is read from memory once for every vector (rows are
+// taken in groups that stay in cache while each vector uses them), and each vector's
+// results are bitwise what matvec of that vector alone gives, whatever the batch and
+// the vector's place in it: a row's sums never depend on the other rows or vectors.
+void matvec_batch(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+                  size_t batch, float* y, bool accumulate);
+
+// WRONG, for tests only: with batch > 1, matvec_batch sums each vector's products in
+// another order (dequantized row, last to first), so batch-invariance tests can fail.
+bool matvec_batch_reorder();
+void matvec_set_batch_reorder_for_test(bool reorder);
+
 // Whether TMV may take the fixed-point x path above (default true where the CPU has
 // AVX512_VNNI). Tests turn it off to check the f32 kernels on the same machine.
 bool matvec_integer_path();
