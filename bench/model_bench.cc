@@ -5,12 +5,18 @@
 //   (FLOPs per prompt token).
 // Prints model load time, prefill of a 64- and a 512-token prompt (batched and, for 64,
 // token by token), the time to first token, decode tokens/s, both floors and the
-// ratios, and where a 512-token chunk's time goes per operator (medians).
+// ratios, and where a 512-token chunk's time goes per operator (medians); then
+// speculative decoding: plain against speculative decode of a continuation that
+// repeats (--repeat-prompt-file) and of prose, the verify step's cost for 1 .. 16
+// tokens against a decode step with the f32 floor of 8 tokens' products, and per
+// GEMV the cost at T = 8 against T = 1.
 //
 //   npurt_model_bench [--model PATH] [--tokens N] [--reps R] [--cores C]
-//                     [--prefill-chunk T] [--prompt-file F] [--peer-json]
+//                     [--prefill-chunk T] [--prompt-file F] [--repeat-prompt-file F]
+//                     [--speculate N] [--peer-json]
 // --peer-json prints one repetition of the prefill-64, prefill-512 and decode-128
-// figures as one JSON line (what `make bench-peer` alternates with llama.cpp).
+// figures, and the speculative and repeating decode figures, as one JSON line (what
+// `make bench-peer` alternates with llama.cpp).
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -455,6 +461,12 @@ int main(int argc, char** argv) {
   const double step_s = verify_seconds(model, p64, 0, 2 * a.reps + 1);
   std::printf("  decode step at position 64     %10.2f ms (%zu launches; verify step %zu)\n", step_s * 1e3,
               model.launches_per_step(), model.verify_sequence() ? model.verify_sequence()->launches_per_call() : 0);
+  // The floor of a verify step of 8 tokens on these host threads: its products alone
+  // (every weight times 8 vectors) at the FMA probe's peak, with no decoding at all.
+  const double macs_per_token = matmul_flops_per_token(c) / 2 + double(c.vocab) * c.hidden;
+  const double fma_floor_s = 2 * 8 * macs_per_token / (fma_peak * 1e9);
+  std::printf("  8 tokens' products at the FMA peak %6.2f ms  %5.2fx a decode step (the f32 floor of verify 8)\n",
+              fma_floor_s * 1e3, fma_floor_s / step_s);
   for (int n : {1, 2, 4, 8, 16}) {
     if (n > static_cast<int>(model.max_verify_tokens())) break;
     const double v = verify_seconds(model, p64, n, 2 * a.reps + 1);
