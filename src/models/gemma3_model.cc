@@ -644,23 +644,9 @@ StatusOr<std::vector<int32_t>> Gemma3Model::verify(std::span<const int32_t> toke
     return invalid_argument("gemma3: verify of " + std::to_string(tokens.size()) + " tokens; the compiled verify step takes 1 .. " +
                             std::to_string(max_verify_));
   }
-  if (position_ + tokens.size() > max_context_) {
-    return out_of_range("gemma3: " + std::to_string(tokens.size()) + " tokens to verify at position " +
-                        std::to_string(position_) + " do not fit the context of " + std::to_string(max_context_) +
-                        " positions");
-  }
-  for (int32_t token : tokens) {
-    if (token < 0 || token >= config_.vocab) {
-      return invalid_argument("gemma3: token " + std::to_string(token) + " to verify is outside [0, " +
-                              std::to_string(config_.vocab) + ")");
-    }
-  }
+  NPURT_RETURN_IF_ERROR(check_tokens(tokens, "verify"));
   Part& p = parts_[0];
-  {
-    NPURT_ASSIGN_OR_RETURN(View ids, p.verify_tokens.subview(0, tokens.size() * sizeof(int32_t)));
-    NPURT_ASSIGN_OR_RETURN(WriteGuard g, p.runtime->memory().overwrite(ids));
-    std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
-  }
+  NPURT_RETURN_IF_ERROR(write_tokens(p, p.verify_tokens, tokens));
   const int64_t n = static_cast<int64_t>(tokens.size());
   const graph::Scalars scalars{{kPrefillRows, n},
                                {kPrefillQRows, n * p.q_heads},
@@ -742,17 +728,7 @@ Status Gemma3Model::set_prefill_chunk(uint32_t chunk) {
 
 StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) return invalid_argument("gemma3: prefill of an empty prompt");
-  if (position_ + tokens.size() > max_context_) {
-    return out_of_range("gemma3: " + std::to_string(tokens.size()) + " prompt tokens at position " +
-                        std::to_string(position_) + " do not fit the context of " + std::to_string(max_context_) +
-                        " positions");
-  }
-  for (int32_t token : tokens) {
-    if (token < 0 || token >= config_.vocab) {
-      return invalid_argument("gemma3: prompt token " + std::to_string(token) + " is outside [0, " +
-                              std::to_string(config_.vocab) + ")");
-    }
-  }
+  NPURT_RETURN_IF_ERROR(check_tokens(tokens, "prompt"));
   if (chunk_ == 0) return TokenModel::prefill(tokens);
   int32_t next = 0;
   for (size_t i = 0; i < tokens.size(); i += chunk_) {
@@ -761,12 +737,30 @@ StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
   return next;
 }
 
-StatusOr<int32_t> Gemma3Model::prefill_chunk_call(std::span<const int32_t> tokens) {
-  for (Part& p : parts_) {
-    NPURT_ASSIGN_OR_RETURN(View ids, p.prefill_tokens.subview(0, tokens.size() * sizeof(int32_t)));
-    NPURT_ASSIGN_OR_RETURN(WriteGuard g, p.runtime->memory().overwrite(ids));
-    std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
+Status Gemma3Model::check_tokens(std::span<const int32_t> tokens, const char* what) const {
+  if (position_ + tokens.size() > max_context_) {
+    return out_of_range("gemma3: " + std::to_string(tokens.size()) + " " + what + " tokens at position " +
+                        std::to_string(position_) + " do not fit the context of " + std::to_string(max_context_) +
+                        " positions");
   }
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= config_.vocab) {
+      return invalid_argument("gemma3: " + std::string(what) + " token " + std::to_string(token) + " is outside [0, " +
+                              std::to_string(config_.vocab) + ")");
+    }
+  }
+  return Status();
+}
+
+Status Gemma3Model::write_tokens(Part& p, const View& ids, std::span<const int32_t> tokens) {
+  NPURT_ASSIGN_OR_RETURN(View head, ids.subview(0, tokens.size() * sizeof(int32_t)));
+  NPURT_ASSIGN_OR_RETURN(WriteGuard g, p.runtime->memory().overwrite(head));
+  std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
+  return Status();
+}
+
+StatusOr<int32_t> Gemma3Model::prefill_chunk_call(std::span<const int32_t> tokens) {
+  for (Part& p : parts_) NPURT_RETURN_IF_ERROR(write_tokens(p, p.prefill_tokens, tokens));
   const int64_t n = static_cast<int64_t>(tokens.size());
   const graph::Scalars scalars{{kPrefillRows, n},
                                {kPrefillQRows, n * parts_[0].q_heads},

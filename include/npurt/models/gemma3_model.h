@@ -173,6 +173,11 @@ class Gemma3Model final : public TokenModel {
   // The greedy token from part 0's `next` view (a gathered pair per device when parallel).
   StatusOr<int32_t> read_next(const View Part::*next) const;
   StatusOr<int32_t> prefill_chunk_call(std::span<const int32_t> tokens);
+  // Whether `tokens` fit the context from position() and the vocabulary; `what` names
+  // them in the error ("prompt", "verify").
+  Status check_tokens(std::span<const int32_t> tokens, const char* what) const;
+  // The token ids into the first tokens.size() entries of `ids`, a buffer of part `p`.
+  static Status write_tokens(Part& p, const View& ids, std::span<const int32_t> tokens);
 
   std::vector<Part> parts_;
   int devices_ = 1;

@@ -588,13 +588,16 @@ template <isa::DType T, size_t N>
 HWY_INLINE void DotRowQuantN(const uint8_t* row, const float* const* x, const float* const* xsum, size_t nb,
                              float* out) {
   using Q = QuantBlock<T>;
+  // Every loop over the vectors unrolled, so their states stay in registers.
   RowAcc a[N];
+#pragma GCC unroll 8
   for (size_t t = 0; t < N; ++t) a[t] = {hn::Zero(DF()), hn::Zero(DF()), 0.0f};
   size_t pf = 0;
   const float* xb[N];
   const float* sb[N];
   for (size_t b = 0; b < nb; ++b) {
     for (; pf < (b + 1) * Q::kBytes; pf += 64) hwy::Prefetch(row + pf + kPrefetchBytes);
+#pragma GCC unroll 8
     for (size_t t = 0; t < N; ++t) {
       xb[t] = x[t] + b * Q::kElems;
       sb[t] = xsum[t] + b * Q::kXsumPerBlock;
@@ -602,9 +605,11 @@ HWY_INLINE void DotRowQuantN(const uint8_t* row, const float* const* x, const fl
     if constexpr (HasDotN<Q>) {
       Q::template DotN<N>(row + b * Q::kBytes, xb, sb, a);
     } else {
+#pragma GCC unroll 8
       for (size_t t = 0; t < N; ++t) Q::Dot(row + b * Q::kBytes, xb[t], sb[t], a[t]);
     }
   }
+#pragma GCC unroll 8
   for (size_t t = 0; t < N; ++t) out[t] = hn::GetLane(hn::SumOfLanes(DF(), hn::Sub(a[t].acc, a[t].min_acc))) - a[t].mins;
 }
 
@@ -729,25 +734,12 @@ struct Q4K {
   static constexpr size_t SubBlock(size_t v, size_t h) { return 4 * (v / 2) + v % 2 + 2 * h; }
 
   static HWY_INLINE NPURT_VNNI void Dot(const uint8_t* src, const int8_t* xd, const float* xf, Acc& a) {
-    const DF df;
-    const __m512 sm = _mm512_mul_ps(Q4KScalesMins(src), _mm512_loadu_ps(xf));  // [d sc s, dmin m]
-    a.min_acc = hn::MulAdd(hn::Vec<DF>{sm}, hn::LoadU(df, xf + 16), a.min_acc);
-    const __m512i low4 = _mm512_set1_epi8(15);
-    const uint8_t* qs = src + offsetof(isa::BlockQ4_K, qs);
-    for (int half = 0; half < 2; ++half, qs += 64) {
-      const __m512i w = _mm512_loadu_si512(qs);
-      const __m512i q[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
-      for (int n = 0; n < 2; ++n, xd += 192) {
-        const __m512i t = DotDigits(q[n], xd);  // lane i: 4 values of sub-block j (i < 8) or j + 2
-        const int j = static_cast<int>(SubBlock(2 * half + n, 0)), j2 = j + 2;
-        const __m512i idx = _mm512_set_epi32(j2, j2, j2, j2, j2, j2, j2, j2, j, j, j, j, j, j, j, j);
-        a.acc = hn::MulAdd(hn::Vec<DF>{_mm512_cvtepi32_ps(t)}, hn::Vec<DF>{_mm512_permutexvar_ps(idx, sm)}, a.acc);
-      }
-    }
+    DotN<1>(src, &xd, &xf, &a);
   }
 
-  // Dot for N vectors: the nibbles are unpacked once, and each vector's state takes
-  // Dot's steps in Dot's order.
+
+  // N vectors at once: the nibbles are unpacked once, and each vector's state takes
+  // the steps of N = 1 (Dot) in their order, so it ends with the same bits.
   template <size_t N>
   static HWY_INLINE NPURT_VNNI void DotN(const uint8_t* src, const int8_t* const* xd, const float* const* xf, Acc* a) {
     const DF df;
@@ -809,26 +801,11 @@ struct Q4_0Q5_0 {
   static HWY_INLINE NPURT_VNNI float Sum(Acc a) { return hn::GetLane(hn::SumOfLanes(DF(), hn::Vec<DF>{a})); }
 
   static HWY_INLINE NPURT_VNNI void Dot(const uint8_t* src, const int8_t* xd, const float* xf, Acc& a) {
-    const uint8_t* qs = src + (kFifthBit ? offsetof(isa::BlockQ5_0, qs) : offsetof(isa::BlockQ4_0, qs));
-    const auto load128 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
-    __m512i v = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(load128(qs)), 0xff00, load128(qs + kBlock));
-    v = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xff00ff00, v, 4), _mm512_set1_epi8(15));
-    if constexpr (kFifthBit) {
-      const uint8_t* qh = src + offsetof(isa::BlockQ5_0, qh);
-      const uint64_t h = LoadAt(reinterpret_cast<const uint32_t*>(qh)) |
-                         uint64_t{LoadAt(reinterpret_cast<const uint32_t*>(qh + kBlock))} << 32;
-      v = _mm512_mask_add_epi8(v, h, v, _mm512_set1_epi8(16));
-    }
-    const __m512i t = _mm512_sub_epi32(DotDigits(v, xd), _mm512_loadu_si512(xd + 192));
-    // The two f16 d converted together, spread to [d x 8, d' x 8], times s (a power of two).
-    const __m128i dh = _mm_insert_epi16(_mm_cvtsi32_si128(LoadAt(reinterpret_cast<const uint16_t*>(src))),
-                                        LoadAt(reinterpret_cast<const uint16_t*>(src + kBlock)), 1);
-    const __m512 d = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-                                           _mm512_castps128_ps512(_mm_cvtph_ps(dh)));
-    a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, _mm512_loadu_ps(xf)), a);
+    DotN<1>(src, &xd, &xf, &a);
   }
 
-  // Dot for N vectors, the values and scales decoded once (as Q4K::DotN).
+
+  // N vectors at once, the values and scales decoded once (as Q4K::DotN).
   template <size_t N>
   static HWY_INLINE NPURT_VNNI void DotN(const uint8_t* src, const int8_t* const* xd, const float* const* xf, Acc* a) {
     const uint8_t* qs = src + (kFifthBit ? offsetof(isa::BlockQ5_0, qs) : offsetof(isa::BlockQ4_0, qs));
@@ -880,36 +857,11 @@ struct Q6K {
   static HWY_INLINE NPURT_VNNI float Sum(Acc a) { return hn::GetLane(hn::SumOfLanes(DF(), hn::Vec<DF>{a})); }
 
   static HWY_INLINE NPURT_VNNI void Dot(const uint8_t* src, const int8_t* xd, const float* xf, Acc& a) {
-    // d * sc_g * s_g for the 16 groups.
-    const __m512 d = _mm512_set1_ps(HalfAt(src + offsetof(isa::BlockQ6_K, d)));
-    const __m512i sc = _mm512_cvtepi8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + offsetof(isa::BlockQ6_K, scales))));
-    const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)), _mm512_loadu_ps(xf));
-    const __m512i low4 = _mm512_set1_epi8(15), pair = _mm512_set1_epi8(0x30);
-    // Word shift counts: low nibbles take qh << 4 (first half) / << 2 (second half);
-    // high nibbles qh >> 0 / >> 2.
-    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = src + offsetof(isa::BlockQ6_K, ql) + 64 * half;
-      const uint8_t* qh = src + offsetof(isa::BlockQ6_K, qh) + 32 * half;
-      const __m512i l = _mm512_loadu_si512(ql);
-      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)));
-      // ternlog 0xD8: bits of B where C (low4) is set, else of A: (B & C) | (A & ~C).
-      const __m512i q_lo = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_sllv_epi16(h, shl), pair), l, low4, 0xD8);
-      const __m512i q_hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srlv_epi16(h, shr), pair),
-                                                     _mm512_srli_epi16(l, 4), low4, 0xD8);
-      for (int n = 0; n < 2; ++n, xd += 256) {
-        const __m512i t = _mm512_sub_epi32(DotDigits(n == 0 ? q_lo : q_hi, xd), _mm512_loadu_si512(xd + 192));
-        const int g = 8 * half + 4 * n;
-        const __m512i idx = _mm512_set_epi32(g + 3, g + 3, g + 3, g + 3, g + 2, g + 2, g + 2, g + 2, g + 1, g + 1, g + 1,
-                                             g + 1, g, g, g, g);
-        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_permutexvar_ps(idx, scale), a);
-      }
-    }
+    DotN<1>(src, &xd, &xf, &a);
   }
 
-  // Dot for N vectors, the values decoded once (as Q4K::DotN).
+
+  // N vectors at once, the values decoded once (as Q4K::DotN).
   template <size_t N>
   static HWY_INLINE NPURT_VNNI void DotN(const uint8_t* src, const int8_t* const* xd, const float* const* xf, Acc* a) {
     const __m512 d = _mm512_set1_ps(HalfAt(src + offsetof(isa::BlockQ6_K, d)));
@@ -991,18 +943,21 @@ template <typename Q, size_t N>
 HWY_INLINE NPURT_VNNI void DotRowN(const uint8_t* row, const int8_t* const* xd, const float* const* xf, size_t nb,
                                    float* out) {
   typename Q::Acc a[N];
+#pragma GCC unroll 8
   for (size_t t = 0; t < N; ++t) a[t] = Q::Zero();
   size_t pf = 0;
   const int8_t* db[N];
   const float* fb[N];
   for (size_t b = 0; b < nb; ++b) {
     for (; pf < (b + 1) * Q::kBytes; pf += 64) hwy::Prefetch(row + pf + kPrefetchBytes);
+#pragma GCC unroll 8
     for (size_t t = 0; t < N; ++t) {
       db[t] = xd[t] + b * Q::kDigitBytes;
       fb[t] = xf[t] + b * Q::kFloats;
     }
     Q::template DotN<N>(row + b * Q::kBytes, db, fb, a);
   }
+#pragma GCC unroll 8
   for (size_t t = 0; t < N; ++t) out[t] = Q::Sum(a[t]);
 }
 
