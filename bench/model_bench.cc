@@ -125,26 +125,35 @@ Figures measure(models::Gemma3Model& model, const std::vector<int32_t>& p64, con
   return f;
 }
 
-// Median seconds of a verify step of `n` tokens at position `at` (after a prefill of
-// `prompt`), each run rewound so every repetition sees the same cache; n = 0 times a
-// plain decode step instead.
-double verify_seconds(models::Gemma3Model& model, const std::vector<int32_t>& prompt, int n, int reps) {
-  or_die(model.reset().ok() ? StatusOr<int>(0) : StatusOr<int>(internal_error("reset")), "reset");
+// Verify steps of each size in `sizes` at the position after `prompt`, each rewound so
+// every repetition sees the same cache, alternating with a plain decode step there:
+// per size the median seconds and the median of (verify / the step next to it); the
+// plain step's median seconds under size 0.
+std::map<int, std::pair<double, double>> verify_costs(models::Gemma3Model& model, const std::vector<int32_t>& prompt,
+                                                      const std::vector<int>& sizes, int reps) {
+  const auto check = [](Status s, const char* what) { or_die(s.ok() ? StatusOr<int>(0) : StatusOr<int>(s), what); };
+  check(model.reset(), "reset");
   or_die(model.prefill(prompt), "prefill");
   const int32_t at = model.position();
-  const std::vector<int32_t> tokens(prompt.begin(), prompt.begin() + std::max(n, 1));
-  std::vector<double> s;
+  std::map<int, std::vector<double>> seconds, ratios;
   for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    if (n == 0) {
-      or_die(model.step(tokens[0]), "step");
-    } else {
+    auto t0 = Clock::now();
+    or_die(model.step(prompt[0]), "step");
+    const double step = seconds_since(t0);
+    check(model.rewind(at), "rewind");
+    seconds[0].push_back(step);
+    for (int n : sizes) {
+      const std::vector<int32_t> tokens(prompt.begin(), prompt.begin() + n);
+      t0 = Clock::now();
       or_die(model.verify(tokens), "verify");
+      seconds[n].push_back(seconds_since(t0));
+      ratios[n].push_back(seconds[n].back() / step);
+      check(model.rewind(at), "rewind");
     }
-    s.push_back(seconds_since(t0));
-    or_die(model.rewind(at).ok() ? StatusOr<int>(0) : StatusOr<int>(internal_error("rewind")), "rewind");
   }
-  return median(s);
+  std::map<int, std::pair<double, double>> out;
+  for (auto& [n, s] : seconds) out[n] = {median(s), n == 0 ? 1.0 : median(ratios[n])};
+  return out;
 }
 
 // Matrix FLOPs of one prompt token (projections and MLP) and of its attention at
@@ -457,8 +466,12 @@ int main(int argc, char** argv) {
                 median(pair->per_pass), 100 * median(pair->accept));
   }
   // Speculative decoding: the verify step's cost against a plain step.
-  const std::vector<int32_t> p16(p64.begin(), p64.begin() + 16);
-  const double step_s = verify_seconds(model, p64, 0, 2 * a.reps + 1);
+  std::vector<int> sizes;
+  for (int n : {1, 2, 4, 8, 16}) {
+    if (n <= static_cast<int>(model.max_verify_tokens())) sizes.push_back(n);
+  }
+  const auto costs = verify_costs(model, p64, sizes, 4 * a.reps + 1);
+  const double step_s = costs.at(0).first;
   std::printf("  decode step at position 64     %10.2f ms (%zu launches; verify step %zu)\n", step_s * 1e3,
               model.launches_per_step(), model.verify_sequence() ? model.verify_sequence()->launches_per_call() : 0);
   // The floor of a verify step of 8 tokens on these host threads: its products alone
@@ -467,11 +480,9 @@ int main(int argc, char** argv) {
   const double fma_floor_s = 2 * 8 * macs_per_token / (fma_peak * 1e9);
   std::printf("  8 tokens' products at the FMA peak %6.2f ms  %5.2fx a decode step (the f32 floor of verify 8)\n",
               fma_floor_s * 1e3, fma_floor_s / step_s);
-  for (int n : {1, 2, 4, 8, 16}) {
-    if (n > static_cast<int>(model.max_verify_tokens())) break;
-    const double v = verify_seconds(model, p64, n, 2 * a.reps + 1);
-    std::printf("  verify step of %2d tokens       %10.2f ms  %5.2fx a decode step%s\n", n, v * 1e3, v / step_s,
-                n == 8 ? "  (target <= 1.5)" : "");
+  for (int n : sizes) {
+    std::printf("  verify step of %2d tokens       %10.2f ms  %5.2fx the decode step next to it%s\n", n,
+                costs.at(n).first * 1e3, costs.at(n).second, n == 8 ? "  (target <= 1.5)" : "");
   }
   // Timed with the model's device gone, so its host threads do not compete.
   const uint32_t T = model.max_prefill_chunk();

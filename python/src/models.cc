@@ -60,7 +60,7 @@ class Gemma3 {
   std::string decode(const std::vector<int32_t>& ids) const { return tokenizer_->decode(ids); }
 
   // Greedy tokens after `prompt` (ids), stopping at a stop token.
-  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens, int speculate) {
+  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens, std::optional<int> speculate) {
     const models::GenerateOptions o = speculation(speculate);
     StatusOr<std::vector<int32_t>> out = Status();
     {
@@ -74,7 +74,8 @@ class Gemma3 {
   // The text generated after `prompt`; `on_text` (if given) sees each token's text as
   // it is produced. An exception in it ends the call once generation returns.
   std::string generate(const std::string& prompt, int max_tokens,
-                       const std::optional<std::function<void(std::string)>>& on_text, int speculate) {
+                       const std::optional<std::function<void(std::string)>>& on_text,
+                       std::optional<int> speculate) {
     const models::GenerateOptions o = speculation(speculate);
     const std::vector<int32_t> ids = encode(prompt);
     std::optional<nb::python_error> callback_error;
@@ -102,8 +103,11 @@ class Gemma3 {
 
   // Speculation with `speculate` prompt-lookup drafts per verify step (0: none); only
   // a model on one simulated NPU verifies drafts.
-  models::GenerateOptions speculation(int speculate) const {
-    if (speculate != 0 && (!sim_ || sim_->max_verify_tokens() == 0)) {
+  // None: GenerateOptions::kDefaultSpeculate where the model can verify drafts, else 0.
+  models::GenerateOptions speculation(std::optional<int> asked) const {
+    const bool can = sim_ && sim_->max_verify_tokens() > 0;
+    const int speculate = asked.value_or(can ? models::GenerateOptions::kDefaultSpeculate : 0);
+    if (speculate != 0 && !can) {
       raise_status(invalid_argument("speculate=" + std::to_string(speculate) +
                                     " verifies drafts on one simulated NPU; this model runs on " +
                                     (sim_ ? std::to_string(sim_->devices()) + " devices" : std::string("the host"))));
@@ -240,13 +244,13 @@ void bind_models(nb::module_& m) {
       .def("encode", &Gemma3::encode, nb::arg("text"), "token ids of `text`, with the BOS token first")
       .def("decode", &Gemma3::decode, nb::arg("ids"), "the text of token ids")
       .def("generate", &Gemma3::generate, nb::arg("prompt"), nb::arg("max_tokens") = 32,
-           nb::arg("on_text") = nb::none(), nb::arg("speculate") = 0,
+           nb::arg("on_text") = nb::none(), nb::arg("speculate") = nb::none(),
            "greedy continuation of `prompt` (at most max_tokens tokens, ending early at a stop "
            "token); on_text(str) sees each token's text as it is produced. speculate=N verifies up to "
-           "N prompt-lookup drafts per pass over the weights (one simulated NPU; N <= 15): the same "
-           "text, sometimes sooner")
+           "N prompt-lookup drafts per pass over the weights (one simulated NPU; N <= 15; 0: off; "
+           "None: 7 there, else off): the same text, often sooner")
       .def("generate_ids", &Gemma3::generate_ids, nb::arg("prompt_ids"), nb::arg("max_tokens") = 32,
-           nb::arg("speculate") = 0, "greedy token ids after `prompt_ids` (speculate: as generate)")
+           nb::arg("speculate") = nb::none(), "greedy token ids after `prompt_ids` (speculate: as generate)")
       .def_prop_ro("stats", &Gemma3::stats,
                    "figures of the last generate(): prompt_tokens, prefill_seconds, time_to_first_token, "
                    "generated_tokens, decode_steps, decode_seconds, decoded_tokens, and for speculation "

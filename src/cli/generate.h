@@ -20,11 +20,12 @@ struct GenerateArgs {
   uint64_t device_memory = 0;  // MiB of global memory per device; 0: sized for its shard
   int64_t collective_timeout_ms = 60'000;  // how long a collective waits for its peers
   // Draft tokens verified per step (prompt lookup; 0: one token per step). Taken on
-  // one simulated NPU only; speculate_set says it was asked for explicitly. Off by
-  // default: on prose it is not yet never slower (docs/models.md, "Speculative decoding").
+  // one simulated NPU only (elsewhere the default means 0); speculate_set says it was
+  // asked for explicitly. On by default: measured never slower than plain decoding
+  // (docs/models.md, "Speculative decoding").
   int speculate = kDefaultSpeculate;
   bool speculate_set = false;
-  static constexpr int kDefaultSpeculate = 0;
+  static constexpr int kDefaultSpeculate = models::GenerateOptions::kDefaultSpeculate;
 };
 
 // $NPURT_MODEL when set, else where `make model` installs the file.

@@ -30,7 +30,8 @@ def test_generate_streams_the_reference_continuation(model):
     assert text == model.decode(LLAMA_CPP_FIRST_8)
     assert "".join(pieces) == text and len(pieces) == 8
     stats = model.stats
-    assert stats["prompt_tokens"] == 6 and stats["generated_tokens"] == 8 and stats["decode_steps"] == 7
+    assert stats["prompt_tokens"] == 6 and stats["generated_tokens"] == 8 and stats["decoded_tokens"] == 7
+    assert stats["decode_steps"] + stats["verify_steps"] + stats["accepted_tokens"] == 7
     assert stats["decode_seconds"] > 0
 
 
@@ -94,16 +95,17 @@ def test_batched_prefill_is_the_default_and_matches_token_by_token(model):
 def test_speculation_gives_the_plain_greedy_tokens(model):
     for text in ("1, 2, 3, 4, 5, 6, 7, 8,", "Once upon a time"):
         prompt = model.encode(text)
-        plain = model.generate_ids(prompt, 48)
+        plain = model.generate_ids(prompt, 48, speculate=0)
         assert model.stats["verify_steps"] == 0 and model.stats["tokens_per_pass"] == 1.0
         assert model.generate_ids(prompt, 48, speculate=7) == plain
+        assert model.generate_ids(prompt, 48) == plain  # on by default
         stats = model.stats
         assert stats["generated_tokens"] == 48
         assert stats["decoded_tokens"] == 47  # every token after the first came from a decoding pass
         assert stats["accepted_tokens"] <= stats["drafted_tokens"]
         assert stats["decode_steps"] + stats["verify_steps"] + stats["accepted_tokens"] == 47
     assert model.generate("Once upon a time", max_tokens=16, speculate=15) == model.generate(
-        "Once upon a time", max_tokens=16)
+        "Once upon a time", max_tokens=16, speculate=0)
 
 
 @needs_model

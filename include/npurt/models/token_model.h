@@ -76,6 +76,8 @@ struct GenerateOptions {
   // way, token for token; only the speed differs.
   int speculate = 0;
   Drafter drafter;  // empty: PromptLookup
+  // What `npurt generate` and the Python package draft unless told otherwise.
+  static constexpr int kDefaultSpeculate = 7;
 };
 
 // Greedy decoding: resets `model`, runs `prompt` (model.prefill), then takes the

@@ -1,0 +1,33 @@
+#!/bin/sh
+# speculate_generate.sh NPURT MODEL
+# `npurt generate` with speculation, end to end: on a prompt whose continuation
+# repeats, the text with drafts (the default, and --speculate 15) is the text of
+# --speculate 0, and the summary tells how the drafts went; --speculate with the host
+# oracle, and above 15, are refused. Prints "speculate_generate: ok" and exits 0 only
+# when all of that holds.
+npurt="$1"
+model="$2"
+prompt="Monday, Tuesday, Wednesday, Thursday,"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+die() {
+  echo "speculate_generate: $*"
+  exit 1
+}
+run() {
+  "$npurt" generate --model "$model" --max-tokens 40 --prompt "$prompt" "$@"
+}
+run --speculate 0 >"$tmp/plain" 2>"$tmp/plain.err" || die "plain run failed: $(cat "$tmp/plain.err")"
+run >"$tmp/default" 2>"$tmp/default.err" || die "default run failed: $(cat "$tmp/default.err")"
+run --speculate 15 >"$tmp/15" 2>"$tmp/15.err" || die "--speculate 15 failed: $(cat "$tmp/15.err")"
+[ -s "$tmp/plain" ] || die "no text"
+cmp -s "$tmp/plain" "$tmp/default" || die "default speculation changed the text: $(cat "$tmp/default")"
+cmp -s "$tmp/plain" "$tmp/15" || die "--speculate 15 changed the text: $(cat "$tmp/15")"
+grep -Eq "^speculation: up to 7 drafts. [0-9]+ verify steps, [0-9.]+ tokens each. drafts accepted [0-9]+ of [0-9]+" \
+  "$tmp/default.err" || die "no speculation summary: $(cat "$tmp/default.err")"
+if grep -q "^speculation" "$tmp/plain.err"; then die "--speculate 0 printed a speculation summary"; fi
+if run --speculate 3 --device host >"$tmp/host" 2>&1; then die "--speculate with the host oracle was accepted"; fi
+grep -q "one simulated NPU" "$tmp/host" || die "host refusal unclear: $(cat "$tmp/host")"
+if run --speculate 16 >"$tmp/big" 2>&1; then die "--speculate 16 was accepted"; fi
+grep -q "speculate" "$tmp/big" || die "--speculate 16 refusal unclear: $(cat "$tmp/big")"
+echo "speculate_generate: ok"
