@@ -184,6 +184,21 @@ void add_argmax(StepList& s, const Gemma3Shard& sh, const std::shared_ptr<comm::
   s.add(std::make_shared<comm::AllGatherStep>(comm, DType::kI32, 2), {"best", "next"});
 }
 
+// The decode step's attention over this device's heads; with `queries` > 0, for that
+// many consecutive tokens (the "rows" scalar says how many a call runs).
+std::shared_ptr<ops::DecodeAttention> decode_attention(const Gemma3Config& c, const Gemma3Shard& sh, uint32_t ctx,
+                                                       bool global, uint32_t queries) {
+  return std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
+      .n_heads = static_cast<uint32_t>(sh.q_heads),
+      .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
+      .head_dim = static_cast<uint32_t>(c.head_dim),
+      .max_len = ctx,
+      .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
+      .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+      .queries = std::max<uint32_t>(queries, 1),
+      .queries_runtime = queries > 0});
+}
+
 StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
                                   const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
@@ -225,16 +240,7 @@ StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, c
   const auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = hidden});
   const auto gelu_mul =
       std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kGeluTanhMul, .n = ffn});
-  auto attention = [&](bool global) {
-    return std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
-        .n_heads = static_cast<uint32_t>(sh.q_heads),
-        .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
-        .head_dim = static_cast<uint32_t>(hd),
-        .max_len = ctx,
-        .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
-        .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
-  };
-  const OpPtr attend_local = attention(false), attend_global = attention(true);
+  const OpPtr attend_local = decode_attention(c, sh, ctx, false, 0), attend_global = decode_attention(c, sh, ctx, true, 0);
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
     auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
@@ -351,17 +357,7 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
   const auto add = rowwise(ops::ElementwiseKind::kAdd, hidden);
   const auto gelu_mul = rowwise(ops::ElementwiseKind::kGeluTanhMul, ffn);
   auto attention = [&](bool global) -> OpPtr {
-    if (verify) {
-      return std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
-          .n_heads = static_cast<uint32_t>(sh.q_heads),
-          .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
-          .head_dim = static_cast<uint32_t>(hd),
-          .max_len = ctx,
-          .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
-          .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
-          .queries = T,
-          .queries_runtime = true});
-    }
+    if (verify) return decode_attention(c, sh, ctx, global, T);
     return std::make_shared<ops::PrefillAttention>(ops::PrefillAttentionParams{
         .n_heads = static_cast<uint32_t>(sh.q_heads),
         .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
