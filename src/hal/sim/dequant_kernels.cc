@@ -544,6 +544,9 @@ HWY_INLINE void ForEachRowGroup(size_t stride, size_t rows, size_t batch, const 
 // keep one vector of state per vector (8 fit); the integer kernels keep scales too,
 // and measured faster with 4.
 constexpr size_t kBatchChunk = 8, kIntegerBatchChunk = 4;
+// One flag per vector of a batch (at most a TMV's), kept off the heap: a TMV runs
+// per row tile, hundreds of times per decode step.
+using VectorFlags = std::array<uint8_t, isa::kMaxTmvBatch>;
 template <size_t N>
 using VecCount = std::integral_constant<size_t, N>;
 
@@ -978,12 +981,12 @@ struct RowsN {
 // (its column is then the f32 kernel's, as a TMV of that vector alone would give).
 template <typename Q>
 NPURT_VNNI bool MatVec(const uint8_t* base, size_t stride, size_t rows, const float* x, size_t k, size_t batch,
-                       size_t x_pitch, float* y, size_t y_pitch, bool accumulate, std::vector<uint8_t>& declined) {
+                       size_t x_pitch, float* y, size_t y_pitch, bool accumulate, VectorFlags& declined) {
   if (k % Q::kElems != 0) return false;
   const size_t nb = k / Q::kElems;
   std::vector<int8_t> xd(batch * nb * Q::kDigitBytes);
   std::vector<float> xf(batch * nb * Q::kFloats);
-  declined.assign(batch, 0);
+  declined.fill(0);
   bool any = false;
   for (size_t t = 0; t < batch; ++t) {
     int8_t* dt = xd.data() + t * nb * Q::kDigitBytes;
@@ -1105,25 +1108,22 @@ void MatVecReordered(const uint8_t* base, isa::DType type, size_t stride, size_t
   }
 }
 
-void MatVecBatch(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+// MatVecBatch for at most isa::kMaxTmvBatch vectors.
+void MatVecSlice(const uint8_t* base, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
                  size_t batch, size_t x_pitch, float* y, size_t y_pitch, bool accumulate) {
-  const auto* base = static_cast<const uint8_t*>(w);
-  if (batch > 1 && matvec_batch_reorder()) {
-    for (size_t t = 0; t < batch; ++t) MatVecReordered(base, type, row_stride_bytes, rows, x + t * x_pitch, k, y + t * y_pitch, accumulate);
-    return;
-  }
   // Vectors the integer kernels left to the f32 ones (each flag set: that vector).
-  std::vector<uint8_t> rest(batch, 1);
+  VectorFlags rest;
+  rest.fill(1);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && (HWY_COMPILER_GCC_ACTUAL || HWY_COMPILER_CLANG)
   // The VNNI kernels where the CPU has AVX512_VNNI; they decline a non-finite vector,
   // and Q4_0 / Q5_0 rows of an odd number of blocks, for the f32 ones.
   static const bool vnni = __builtin_cpu_supports("avx512vnni");
   if (vnni && matvec_integer_path()) {
     const auto run = [&](auto q) {
-      std::vector<uint8_t> declined;
+      VectorFlags declined;
       if (tmv_vnni::MatVec<decltype(q)>(base, row_stride_bytes, rows, x, k, batch, x_pitch, y, y_pitch, accumulate,
                                          declined)) {
-        rest = std::move(declined);
+        rest = declined;
       }
     };
     switch (type) {
@@ -1166,6 +1166,19 @@ void MatVecBatch(const void* w, isa::DType type, size_t row_stride_bytes, size_t
         break;
     }
     t0 = t1;
+  }
+}
+
+void MatVecBatch(const void* w, isa::DType type, size_t row_stride_bytes, size_t rows, const float* x, size_t k,
+                 size_t batch, size_t x_pitch, float* y, size_t y_pitch, bool accumulate) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  if (batch > 1 && matvec_batch_reorder()) {
+    for (size_t t = 0; t < batch; ++t) MatVecReordered(base, type, row_stride_bytes, rows, x + t * x_pitch, k, y + t * y_pitch, accumulate);
+    return;
+  }
+  for (size_t t0 = 0; t0 < batch; t0 += isa::kMaxTmvBatch) {
+    MatVecSlice(base, type, row_stride_bytes, rows, x + t0 * x_pitch, k, std::min<size_t>(isa::kMaxTmvBatch, batch - t0),
+                x_pitch, y + t0 * y_pitch, y_pitch, accumulate);
   }
 }
 
