@@ -11,8 +11,11 @@
 # The version from project(VERSION ...) in CMakeLists.txt must be what every one of
 # them reports.
 #
-# Build trees are kept in build-install/ (cmake/ and python/) so later runs rebuild
-# only what changed; everything else lives in a temporary folder, removed at the end.
+# Build trees are kept so later runs rebuild only what changed: npurt's in build-rel/,
+# configured with the flags README.md and docs/install.md give (plus -Werror and the
+# other options off), so the documents' own `cmake -S . -B build-rel ...` is a no-op
+# afterwards; the wheel's in build-install/python/. Everything else lives in a
+# temporary folder, removed at the end.
 # Environment: JOBS (parallel jobs), PYTHON (the interpreter that builds the wheel and
 # makes the virtual environment; default .venv/bin/python), NPURT_WHEEL_ISOLATION=1
 # (build the wheel as a plain `pip wheel .` does, in an isolated environment that pip
@@ -25,6 +28,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 JOBS="${JOBS:-$(nproc)}"
 BUILD="$ROOT/build-install"
+BUILD_REL="$ROOT/build-rel"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/npurt-test-install.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
@@ -45,10 +49,10 @@ echo "test-install: npurt $VERSION, prefix $PREFIX"
 
 # ---- (a) build and install ------------------------------------------------------
 step "configure, build and install into $PREFIX"
-cmake -S "$ROOT" -B "$BUILD/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNPURT_WERROR=ON \
-  -DNPURT_BENCH=OFF -DNPURT_TESTS=OFF -DNPURT_FUZZ=OFF -DNPURT_PYTHON=OFF -DNPURT_SANITIZE=OFF >/dev/null
-cmake --build "$BUILD/cmake" -j "$JOBS"
-cmake --install "$BUILD/cmake" --prefix "$PREFIX" >/dev/null
+cmake -S "$ROOT" -B "$BUILD_REL" -G Ninja -DCMAKE_BUILD_TYPE=Release -DNPURT_TESTS=OFF -DNPURT_BENCH=OFF \
+  -DNPURT_WERROR=ON -DNPURT_FUZZ=OFF -DNPURT_PYTHON=OFF -DNPURT_SANITIZE=OFF -DNPURT_TSAN=OFF >/dev/null
+cmake --build "$BUILD_REL" -j "$JOBS"
+cmake --install "$BUILD_REL" --prefix "$PREFIX" >/dev/null
 
 for f in bin/npurt include/npurt/version.h include/npurt/graph/operator_sequence.h \
   lib/cmake/npurt/npurt-config.cmake lib/cmake/npurt/npurt-config-version.cmake \

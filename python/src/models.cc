@@ -5,11 +5,15 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <system_error>
 
 #include "common.h"
 #include "npurt/comm/device_group.h"
@@ -18,16 +22,62 @@
 #include "npurt/models/host_oracle.h"
 #include "npurt/models/tokenizer.h"
 
+// The checkout and build tree this extension was built from (python/CMakeLists.txt),
+// and the file `make model` installs in that checkout.
+#ifndef NPURT_SOURCE_DIR
+#define NPURT_SOURCE_DIR ""
+#endif
+#ifndef NPURT_BUILD_DIR
+#define NPURT_BUILD_DIR ""
+#endif
 #ifndef NPURT_DEFAULT_MODEL
-#define NPURT_DEFAULT_MODEL "models/gemma-3-270m-q4_k_m.gguf"
+#define NPURT_DEFAULT_MODEL ""
 #endif
 
 namespace npurt::python {
 namespace {
 
+namespace fs = std::filesystem;
+
+// Whether `path` is `root` or lies below it (both resolved; false if either is empty).
+bool is_within(const fs::path& path, const std::string& root) {
+  if (root.empty() || path.empty()) return false;
+  std::error_code ec;
+  const fs::path r = fs::weakly_canonical(root, ec);
+  if (ec) return false;
+  const fs::path rel = path.lexically_relative(r);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+// This extension's file (the shared object that holds this function).
+fs::path extension_file() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&is_within), &info) == 0 || info.dli_fname == nullptr) return {};
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(info.dli_fname, ec);
+  return ec ? fs::path() : p;
+}
+
+// The model npurt.Gemma3() loads without a path: $NPURT_MODEL if set; else, only when
+// this package runs from the checkout (or build tree) it was built in, that checkout's
+// models/ file. A package installed anywhere else has no default but NPURT_MODEL.
+// When no file is there, NotFoundError names every place looked.
 std::string default_model_path() {
-  if (const char* env = std::getenv("NPURT_MODEL"); env != nullptr && *env != '\0') return env;
-  return NPURT_DEFAULT_MODEL;
+  const std::string hint = "; pass a path or set NPURT_MODEL (`make model` installs the file)";
+  if (const char* env = std::getenv("NPURT_MODEL"); env != nullptr && *env != '\0') {
+    if (fs::is_regular_file(env)) return env;
+    raise_status(not_found(std::string("gemma3: no model file at ") + env + " (from NPURT_MODEL)" + hint));
+  }
+  const fs::path self = extension_file();
+  const std::string checkout_model = NPURT_DEFAULT_MODEL;
+  if (!checkout_model.empty() && (is_within(self, NPURT_SOURCE_DIR) || is_within(self, NPURT_BUILD_DIR))) {
+    if (fs::is_regular_file(checkout_model)) return checkout_model;
+    raise_status(not_found("gemma3: no model file: NPURT_MODEL is not set and " + checkout_model +
+                           " (the models/ file of the checkout this package was built in) does not exist" + hint));
+  }
+  raise_status(not_found("gemma3: no model file: NPURT_MODEL is not set (this package, at " +
+                         (self.empty() ? std::string("an unknown place") : self.parent_path().string()) +
+                         ", runs outside the checkout it was built in, so it has no default file)" + hint));
 }
 
 // Owns everything a loaded model uses (the file outlives the model). One generate() at a time (mu_), with the GIL released.
@@ -42,7 +92,7 @@ class Gemma3 {
       raise_status(invalid_argument("the host oracle runs on no NPU: devices must be 1, got " +
                                     std::to_string(devices)));
     }
-    path_ = path.value_or(default_model_path());
+    path_ = path ? *path : default_model_path();
     Status s;
     {
       nb::gil_scoped_release release;
@@ -211,8 +261,9 @@ class Gemma3 {
 
 void bind_models(nb::module_& m) {
   nb::class_<Gemma3>(m, "Gemma3",
-                     "Gemma-3 greedy decoding from a GGUF file (default: $NPURT_MODEL, else the file "
-                     "`make model` installs), on a simulated NPU of its own ('sim') or the f32 host "
+                     "Gemma-3 greedy decoding from a GGUF file (default: $NPURT_MODEL, else, when the "
+                     "package runs from the checkout it was built in, the file `make model` installs "
+                     "there), on a simulated NPU of its own ('sim') or the f32 host "
                      "oracle ('host'). With devices=N > 1 the model is cut tensor parallel over N "
                      "simulated NPUs of `cores` cores each, in this process.")
       .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t, int>(),

@@ -108,6 +108,21 @@ nb::dict run_reference(const ops::Operator& op, nb::dict inputs, nb::kwargs scal
     for (const isa::ArgSpec& a : sig) known |= (a.name == name && !a.is_scalar());
     if (!known) check(not_found(op.name() + ": no buffer argument '" + name + "'"));
   }
+  std::string unknown, names;
+  size_t count = 0;
+  for (auto [key, value] : scalars) {
+    const std::string name = py_str(key);
+    bool known = false;
+    for (const isa::ArgSpec& a : sig) known |= (a.name == name && a.is_scalar());
+    if (!known) unknown += (count++ == 0 ? "'" : ", '") + name + "'";
+  }
+  if (count > 0) {
+    for (const isa::ArgSpec& a : sig) {
+      if (a.is_scalar()) names += (names.empty() ? "" : ", ") + a.name;
+    }
+    check(invalid_argument(op.name() + ": unknown scalar" + (count > 1 ? "s " : " ") + unknown +
+                           (names.empty() ? " (it takes no scalars)" : " (its scalars: " + names + ")")));
+  }
   std::vector<std::vector<uint8_t>> bytes(sig.size());
   std::vector<ops::HostArg> args;
   for (size_t i = 0; i < sig.size(); ++i) {

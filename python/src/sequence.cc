@@ -416,6 +416,8 @@ void bind_sequence(nb::module_& m) {
               {
                 std::lock_guard<std::mutex> lock(seq->call_mu);
                 if (!seq->seq) return closed_error();
+                // Here rather than in the run: a misspelled scalar raises from submit().
+                if (Status known = seq->seq->check_scalars(scalars); !known.ok()) return known;
                 code = seq->seq->code_handles();
               }
               return w.res->use([&](exec::Worker& worker) {

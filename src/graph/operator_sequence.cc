@@ -90,6 +90,22 @@ StatusOr<ops::HostArg> scalar_arg(const std::string& name, DType dtype, const Sc
   return ops::HostArg::i64(std::get<int64_t>(v));
 }
 
+// Every name of `given` must be one of `known` (sorted): a misspelled scalar is an
+// error, never silently unused.
+Status check_scalar_names(const std::string& sequence, const std::vector<std::string>& known, const Scalars& given) {
+  std::string unknown;
+  size_t count = 0;
+  for (const auto& [name, value] : given) {
+    if (std::binary_search(known.begin(), known.end(), name)) continue;
+    unknown += (count++ == 0 ? "'" : ", '") + name + "'";
+  }
+  if (count == 0) return Status();
+  std::string its;
+  for (const std::string& k : known) its += (its.empty() ? "" : ", ") + k;
+  return invalid_argument("sequence '" + sequence + "': unknown scalar" + (count > 1 ? "s " : " ") + unknown +
+                          (known.empty() ? " (it binds no scalars)" : " (its scalars: " + its + ")"));
+}
+
 }  // namespace
 
 OperatorSequence::OperatorSequence(std::string name, std::vector<SequenceStep> steps, std::vector<std::string> inputs,
@@ -396,6 +412,7 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
   seq->name_ = name_;
   seq->dispatch_ = dispatch_;
   seq->outputs_ = outputs_;
+  for (const auto& [scalar, dtype] : an.scalars) seq->scalars_.push_back(scalar);
   MemoryContext& memory = runtime.memory();
   exec::CodeRegistry& registry = runtime.registry();
   uint64_t arena_bytes[3] = {0, 0, 0};
@@ -514,6 +531,9 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
 Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t>>& buffers,
                                        const Scalars& scalars) const {
   NPURT_ASSIGN_OR_RETURN(Analysis an, analyze(steps_, sizes_, inputs_, outputs_));
+  std::vector<std::string> known;
+  for (const auto& [scalar, dtype] : an.scalars) known.push_back(scalar);
+  NPURT_RETURN_IF_ERROR(check_scalar_names(name_, known, scalars));
   for (const auto& [name, info] : an.buffers) {
     std::vector<uint8_t>& b = buffers[name];
     const uint64_t bytes = isa::dtype_bytes(info.dtype, info.elements);
@@ -545,7 +565,12 @@ Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t
   return Status();
 }
 
+Status CompiledSequence::check_scalars(const Scalars& scalars) const {
+  return check_scalar_names(name_, scalars_, scalars);
+}
+
 Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
+  NPURT_RETURN_IF_ERROR(check_scalars(scalars));
   std::vector<LaunchArg> args;
   for (const CompiledKernel& k : kernels_) {
     args.clear();
@@ -585,6 +610,7 @@ Status CompiledSequence::call(const Scalars& scalars) {
 Status CompiledSequence::start(const Scalars& scalars) {
   if (running_) return failed_precondition("sequence '" + name_ + "': start() again before finish()");
   NPURT_RETURN_IF_ERROR(runtime_->check_open("sequence '" + name_ + "'"));
+  NPURT_RETURN_IF_ERROR(check_scalars(scalars));  // before a stream is taken (and primed)
   NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, streams_->acquire());
   Status enqueued = enqueue(lease.stream, scalars);
   if (!enqueued.ok()) {

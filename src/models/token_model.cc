@@ -59,7 +59,13 @@ StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int
   if (options.speculate < 0) {
     return invalid_argument("generate: speculate " + std::to_string(options.speculate) + " is negative");
   }
-  if (options.speculate > 0 && options.speculate + 1 > static_cast<int>(model.max_verify_tokens())) {
+  // A verify step shorter than the context is a limit of what was compiled: asking
+  // for more drafts than it holds is a mistake to name. One cut short by the context
+  // (a short prompt and few tokens to generate) is not: no step could draft past the
+  // context anyway, so the drafts simply stop there (draft_budget).
+  const int verify = static_cast<int>(model.max_verify_tokens());
+  const bool verify_limits = verify < model.context_capacity();
+  if (options.speculate > 0 && options.speculate + 1 > verify && verify_limits) {
     return invalid_argument("generate: speculate " + std::to_string(options.speculate) +
                             " drafts need a verify step of " + std::to_string(options.speculate + 1) +
                             " tokens; the model's takes at most " + std::to_string(model.max_verify_tokens()));

@@ -546,5 +546,45 @@ TEST(OperatorSequence, ScalarsArePassedPerCall) {
   EXPECT_EQ(seq.get_buffer("nope").status().code(), StatusCode::kNotFound);
 }
 
+// A scalar name the steps do not bind is refused before anything runs, by call(),
+// start(), enqueue() and run_reference() alike, naming it and listing the known
+// scalars; a sequence without scalars says so. The sequence stays usable.
+TEST(OperatorSequence, UnknownScalarsAreRefusedByName) {
+  auto rope = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = 4, .head_dim = 256});
+  const OperatorSequence s("rope", {{rope, {"q", "q_rot", "pos", "base"}}}, {"q"}, {"q_rot"},
+                           {{"q", 1024}, {"q_rot", 1024}});
+  Rig rig;
+  CompiledSequence& seq = rig.compile(s);
+  EXPECT_EQ(seq.scalar_names(), (std::vector<std::string>{"base", "pos"}));
+  rig.write_raw(seq, "q", random_for(DType::kF32, 1024, 62));
+  const uint64_t launches = rig.dev->counters().launches;
+  const Scalars typo{{"pos", int64_t{3}}, {"base", 10000.0}, {"typo", int64_t{3}}};
+  const std::string want = "sequence 'rope': unknown scalar 'typo' (its scalars: base, pos)";
+  const Status called = seq.call(typo);
+  EXPECT_EQ(called.code(), StatusCode::kInvalidArgument) << called.to_string();
+  EXPECT_EQ(called.message(), want);
+  EXPECT_EQ(seq.start(typo).message(), want);
+  EXPECT_EQ(seq.check_scalars(typo).message(), want);
+  HostBuffers host{{"q", random_for(DType::kF32, 1024, 63)}};
+  EXPECT_EQ(s.run_reference(host, typo).message(), want);
+  // Several unknown names at once.
+  const Status two = seq.call({{"pos", int64_t{3}}, {"bsae", 10000.0}, {"Pos", int64_t{1}}});
+  EXPECT_EQ(two.message(), "sequence 'rope': unknown scalars 'Pos', 'bsae' (its scalars: base, pos)");
+  EXPECT_EQ(rig.dev->counters().launches, launches);  // nothing ran
+  auto worker = value_or_die(rig.runtime->make_worker());
+  exec::RunHandle run =
+      worker->submit([&](exec::RunContext& ctx) { return seq.enqueue(ctx.stream(), typo); }, seq.code_handles());
+  const Status ran = run.wait();
+  EXPECT_NE(ran.message().find(want), std::string::npos) << ran.to_string();  // "run 0 (slot 0): " + want
+  ASSERT_OK(seq.call({{"pos", int64_t{3}}, {"base", 10000.0}}));
+  ASSERT_OK(seq.check_scalars({{"pos", int64_t{3}}}));  // known names; missing ones are call()'s to name
+
+  CompiledSequence& gemv = rig.compile(gemv_sequence(Dispatch::kFused));
+  EXPECT_TRUE(gemv.scalar_names().empty());
+  EXPECT_EQ(gemv.call({{"pos", int64_t{0}}}).message(),
+            "sequence 'gemv': unknown scalar 'pos' (it binds no scalars)");
+  ASSERT_OK(gemv.call());
+}
+
 }  // namespace
 }  // namespace npurt::graph

@@ -133,12 +133,15 @@ TEST(FaultRecovery, LearningALaterFailureFirstStillMarksTheEarlierWorkFailed) {
   write_floats(*rig.ctx, y.view(), hy);
   write_floats(*rig.ctx, z.view(), hy);
   NPURT_ASSERT_OK(rig.ctx->to_device(z.view()));
-  // A slow kernel on the other stream writes w; the first launch reads it, so its
-  // stream waits there and both launches are enqueued before anything fails.
+  // A kernel on the other stream, held behind a gate, writes w; the first launch
+  // reads it, so its stream waits there and both launches are enqueued before
+  // anything fails.
+  StreamGate gate(*rig.device, rig.stream2);
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kSlowCopy, {LaunchArg::scalar_i64(200000), z.view(), w.view()}, rig.stream2));
   inject(*rig.device, FaultSite::kCopyToDevice);  // x's upload
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kAdd, {x.view(), w.view(), a.view()}));
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {y.view(), b.view()}));
+  gate.open();
   EXPECT_FALSE(rig.ctx->read(b.view()).ok());  // learns the second launch's failure
   stop_injecting(*rig.device);
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), c.view()}, rig.stream2));

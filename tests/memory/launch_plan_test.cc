@@ -88,19 +88,22 @@ TEST(LaunchPlan, AByteBoundTwiceIsPlannedOnce) {
 
 // A launch reading what a launch on another stream writes plans one wait, and
 // enqueues it; on the same stream the stream orders them; without ordering (WRONG
-// on purpose) there is none.
+// on purpose) there is none. The writer is held unfinished behind a gate: a writer
+// known to be done needs no wait, and how fast it runs must not decide the test.
 size_t planned_waits(bool ordered, bool other_stream) {
   MemoryRig rig(with(CoherencePolicy::kExact, ordered));
   Buffer src = rig.buffer(kBytes, "src");
   Buffer mid = rig.buffer(kBytes, "mid");
   Buffer out = rig.buffer(kBytes, "out");
   write_floats(*rig.ctx, src.view(), ints(kBytes / 4, 6));
+  StreamGate gate(*rig.device, rig.stream);
   EXPECT_TRUE(rig.launch(MemoryRig::kCopy, {src.view(), mid.view()}, rig.stream).ok());
   const hal::StreamId on = other_stream ? rig.stream2 : rig.stream;
   const LaunchPlan p = plan_of(rig, MemoryRig::kCopy, {mid.view(), out.view()}, on);
   const uint64_t before = rig.ctx->stats().device_waits;
   EXPECT_TRUE(rig.launch(MemoryRig::kCopy, {mid.view(), out.view()}, on).ok());
   EXPECT_EQ(rig.ctx->stats().device_waits - before, p.waits) << "the launch waits as planned";
+  gate.open();
   if (ordered) {
     EXPECT_EQ(read_floats(*rig.ctx, out.view()), ints(kBytes / 4, 6));
   }
@@ -123,6 +126,7 @@ TEST(LaunchPlan, PlanningTwiceGivesTheSamePlanAndChangesNothing) {
     Buffer x = rig.buffer(kBytes, "x");
     write_floats(*rig.ctx, src.view(), ints(kBytes / 4, 7));
     write_floats(*rig.ctx, x.view(), ints(kBytes / 4, 8));
+    StreamGate gate(*rig.device, rig.stream);  // acc's writer stays unfinished
     ASSERT_TRUE(rig.launch(MemoryRig::kCopy, {src.view(), acc.view()}, rig.stream).ok());
     const MemoryStats stats = rig.ctx->stats();
 
@@ -134,6 +138,7 @@ TEST(LaunchPlan, PlanningTwiceGivesTheSamePlanAndChangesNothing) {
     EXPECT_EQ(rig.ctx->stats(), stats);
     EXPECT_FALSE(first.uploads.empty());
     EXPECT_EQ(first.waits, 1u);  // acc's writer, on the other stream
+    gate.open();
     const hal::Counters enqueued = rig.counters();
     EXPECT_EQ(enqueued.launches, 1u);
     EXPECT_EQ(enqueued.h2d_bytes, kBytes);  // src, for the first launch

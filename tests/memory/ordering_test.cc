@@ -1,14 +1,14 @@
 // Ordering: work touching overlapping ranges takes effect in
 // submission order across streams, and buffers are never freed under running work.
 //
-// A slow kernel (it spins before it reads its input and writes its output) holds one
-// stream busy while the host and a second stream act on the same bytes. Each hazard
-// is also run with MemoryOptions::order_conflicting_work off, where it must go
-// wrong: proof that the test would catch a missing wait.
+// A kernel on one stream is held behind a StreamGate (memory_test_util.h) while the
+// host and a second stream act on the same bytes, so it is unfinished when they act
+// however fast or loaded the machine is. Each hazard is also run with
+// MemoryOptions::order_conflicting_work off, where it must go wrong: proof that the
+// test would catch a missing wait.
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <vector>
 
 #include "memory/memory_test_util.h"
@@ -18,24 +18,15 @@ namespace {
 
 constexpr uint64_t kBytes = 4 * kTileBytes;
 
-// Iterations of the slow kernel's spin loop. The broken runs need the kernel to
-// still be spinning when the other side acts, so they spin long (hundreds of
-// milliseconds, a wide margin on a loaded machine); the ordered runs only need it
-// to be in flight, which the wait counters prove.
-int64_t spin_count(bool ordered) {
-  if (const char* env = std::getenv("NPURT_TEST_SPIN")) return std::atoll(env);
-  return ordered ? 300'000 : 3'000'000;
-}
+// Iterations of the slow kernel's spin loop before it reads its input; the gate, not
+// the spin, keeps it unfinished, so a short one does.
+constexpr int64_t kSpin = 10'000;
 
 // Run unordered, a hazard races on device memory on purpose: the host or one
-// stream touches bytes a kernel on another still reads or writes. ThreadSanitizer
-// rightly reports that race, so under it only the ordered runs (which must be free
-// of races) take place; the other builds still show the hazards go wrong unordered.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kRunUnordered = false;
-#else
-constexpr bool kRunUnordered = true;
-#endif
+// stream touches bytes a kernel on another still reads or writes. Those runs are the
+// tests of suite OrderingWithoutWaits; ThreadSanitizer rightly reports their races,
+// so its run (make test-tsan) excludes that suite by name, and every other build
+// shows the hazards go wrong unordered.
 
 MemoryOptions ordering(bool on) {
   MemoryOptions o;
@@ -44,8 +35,14 @@ MemoryOptions ordering(bool on) {
 }
 
 Status slow_copy(MemoryRig& rig, const View& in, const View& out, hal::StreamId stream) {
-  const int64_t spin = spin_count(rig.ctx->options().order_conflicting_work);
-  return rig.launch(MemoryRig::kSlowCopy, {LaunchArg::scalar_i64(spin), in, out}, stream);
+  return rig.launch(MemoryRig::kSlowCopy, {LaunchArg::scalar_i64(kSpin), in, out}, stream);
+}
+
+// Unordered, nothing makes a kernel wait for the uploads before it: the gate opens
+// once `bytes` were copied to the device since the rig was made (the uploads not
+// queued behind the gate itself), so the kernel runs after them, as the hazard needs.
+void open_once_uploaded(StreamGate& gate, uint64_t bytes) {
+  gate.open_once([bytes](const hal::Counters& c) { return c.h2d_bytes >= bytes; });
 }
 
 // A hazard run ordered must give the right result after exactly one wait (on the
@@ -53,12 +50,16 @@ Status slow_copy(MemoryRig& rig, const View& in, const View& out, hal::StreamId 
 // counter it was asked about.
 using Hazard = std::vector<float> (*)(bool ordered, std::vector<float>* want, uint64_t* waits);
 
-void expect_caught(Hazard run, const char* broken) {
+void expect_ordered(Hazard run) {
   std::vector<float> want;
   uint64_t waits = 0;
   EXPECT_EQ(run(true, &want, &waits), want);
   EXPECT_EQ(waits, 1u);
-  if (!kRunUnordered) return;
+}
+
+void expect_wrong_unordered(Hazard run, const char* broken) {
+  std::vector<float> want;
+  uint64_t waits = 0;
   EXPECT_NE(run(false, &want, &waits), want) << broken;
 }
 
@@ -79,9 +80,15 @@ WarResult upload_while_a_kernel_reads(bool ordered) {
   r.new_values = ints(kBytes / 4, 2);
   write_floats(*rig.ctx, x.view(), r.old_values);
   EXPECT_TRUE(rig.ctx->to_device(x.view()).ok());
+  StreamGate gate(*rig.device, rig.stream);
   EXPECT_TRUE(slow_copy(rig, x.view(), out_a.view(), rig.stream).ok());
   write_floats(*rig.ctx, x.view(), r.new_values);
   EXPECT_TRUE(rig.launch(MemoryRig::kCopy, {x.view(), out_b.view()}, rig.stream2).ok());
+  if (ordered) {
+    gate.open();  // the upload's wait was enqueued while the reader was unfinished
+  } else {
+    open_once_uploaded(gate, 2 * kBytes);  // the old bytes, then the new
+  }
   // What the kernels wrote, read from device memory once everything completed.
   r.slow_saw = rig.device_floats(out_a, out_a.view());
   r.fast_saw = rig.device_floats(out_b, out_b.view());
@@ -94,8 +101,9 @@ TEST(Ordering, UploadWaitsForAKernelStillReadingTheOldBytes) {
   EXPECT_EQ(ok.slow_saw, ok.old_values);
   EXPECT_EQ(ok.fast_saw, ok.new_values);
   EXPECT_EQ(ok.device_waits, 1u);  // stream 2 waited for the reader on stream 1
+}
 
-  if (!kRunUnordered) return;
+TEST(OrderingWithoutWaits, UploadOvertakesAKernelStillReadingTheOldBytes) {
   const WarResult broken = upload_while_a_kernel_reads(false);
   EXPECT_EQ(broken.slow_saw, broken.new_values) << "without waits the upload overtakes the reader";
 }
@@ -108,14 +116,19 @@ std::vector<float> read_while_a_kernel_writes(bool ordered, std::vector<float>* 
   Buffer out = rig.buffer(kBytes, "out");
   *want = ints(kBytes / 4, 3);
   write_floats(*rig.ctx, src.view(), *want);
+  StreamGate gate(*rig.device, rig.stream);
   EXPECT_TRUE(slow_copy(rig, src.view(), out.view(), rig.stream).ok());
+  if (ordered) gate.open_when_the_host_blocks();  // the read-back blocks behind the gate
   std::vector<float> got = read_floats(*rig.ctx, out.view());
+  gate.open();
   *host_waits = rig.ctx->stats().host_waits;
   return got;
 }
 
-TEST(Ordering, ReadBackWaitsForTheKernelThatWritesIt) {
-  expect_caught(read_while_a_kernel_writes, "without waits the read-back precedes the kernel");
+TEST(Ordering, ReadBackWaitsForTheKernelThatWritesIt) { expect_ordered(read_while_a_kernel_writes); }
+
+TEST(OrderingWithoutWaits, ReadBackPrecedesTheKernelThatWritesIt) {
+  expect_wrong_unordered(read_while_a_kernel_writes, "without waits the read-back precedes the kernel");
 }
 
 // Read-after-write across streams: a kernel on B reads what a kernel on A writes.
@@ -129,14 +142,22 @@ std::vector<float> consume_on_another_stream(bool ordered, std::vector<float>* w
   write_floats(*rig.ctx, src.view(), *want);
   write_floats(*rig.ctx, mid.view(), std::vector<float>(kBytes / 4, -1.f));
   EXPECT_TRUE(rig.ctx->to_device(mid.view()).ok());
+  StreamGate gate(*rig.device, rig.stream);
   EXPECT_TRUE(slow_copy(rig, src.view(), mid.view(), rig.stream).ok());
   EXPECT_TRUE(rig.launch(MemoryRig::kCopy, {mid.view(), out.view()}, rig.stream2).ok());
   *device_waits = rig.ctx->stats().device_waits;
+  // Unordered, the consumer does not wait: let it read before the writer runs.
+  if (!ordered) {
+    EXPECT_TRUE(rig.device->stream_synchronize(rig.stream2).ok());
+  }
+  gate.open();
   return read_floats(*rig.ctx, out.view());
 }
 
-TEST(Ordering, KernelOnAnotherStreamWaitsForTheWriter) {
-  expect_caught(consume_on_another_stream, "without waits the consumer reads the old bytes");
+TEST(Ordering, KernelOnAnotherStreamWaitsForTheWriter) { expect_ordered(consume_on_another_stream); }
+
+TEST(OrderingWithoutWaits, KernelOnAnotherStreamReadsBeforeTheWriter) {
+  expect_wrong_unordered(consume_on_another_stream, "without waits the consumer reads the old bytes");
 }
 
 // Write-after-write: the host's newer bytes, uploaded while a kernel that writes the
@@ -147,16 +168,25 @@ std::vector<float> upload_over_a_running_writer(bool ordered, std::vector<float>
   Buffer src = rig.buffer(kBytes, "src");
   Buffer x = rig.buffer(kBytes, "x");
   write_floats(*rig.ctx, src.view(), ints(kBytes / 4, 5));
+  StreamGate gate(*rig.device, rig.stream);
   EXPECT_TRUE(slow_copy(rig, src.view(), x.view(), rig.stream).ok());
   *want = ints(kBytes / 4, 6);
   write_floats(*rig.ctx, x.view(), *want);  // overwrite: newest bytes on the host
+  if (ordered) gate.open_when_the_host_blocks();  // the upload blocks behind the gate
   EXPECT_TRUE(rig.ctx->to_device(x.view()).ok());
+  if (ordered) {
+    gate.open();
+  } else {
+    open_once_uploaded(gate, kBytes);  // x (src's upload is queued behind the gate, on the kernel's stream)
+  }
   *host_waits = rig.ctx->stats().host_waits;
   return rig.device_floats(x, x.view());
 }
 
-TEST(Ordering, UploadWaitsForAnEarlierWriterOfTheSameBytes) {
-  expect_caught(upload_over_a_running_writer, "without waits the kernel overwrites the upload");
+TEST(Ordering, UploadWaitsForAnEarlierWriterOfTheSameBytes) { expect_ordered(upload_over_a_running_writer); }
+
+TEST(OrderingWithoutWaits, AnEarlierWriterOverwritesTheUpload) {
+  expect_wrong_unordered(upload_over_a_running_writer, "without waits the kernel overwrites the upload");
 }
 
 TEST(Ordering, DisjointViewsOfOneBufferDoNotWaitForEachOther) {

@@ -354,29 +354,35 @@ TEST(Gemma3PrefillTest, BadInputIsRejectedAndTheModelStaysUsable) {
   EXPECT_TRUE(m.prefill(random_prompt(5, 300, 3)).ok());
 }
 
-// The real file: three short prompts, a 64-token one, and one that crosses the
-// 512-token window of the local layers.
-TEST(Gemma3PrefillTest, RealModelBatchedMatchesTokenByTokenAndOracle) {
-  std::unique_ptr<RealRig> real = real_rig();
-  if (real == nullptr) GTEST_SKIP() << kNoRealModel;
-  GgufFile& file = real->model.file;
-  Tokenizer& tok = real->model.tokenizer;
-  HostOracle& oracle = real->oracle;
-  Rig& rig = real->rig;
-  ASSERT_OK(rig.load(file, {.max_context = 640}));
-  for (const char* text : {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"}) {
-    expect_prefill_agrees(rig, oracle, tok.encode(text).value(), 128);
-  }
+// The real file: three short prompts and a 64-token one; then (a test of its own, so
+// the two run side by side) one that crosses the 512-token window of the local layers.
+std::vector<int32_t> river_prompt(Tokenizer& tok, size_t tokens) {
   std::string para;
-  while (tok.encode(para).value().size() < 530) {
+  while (tok.encode(para).value().size() < tokens) {
     para += "The river runs past the old mill, where the miller's children count the boats that carry grain "
             "to the city. ";
   }
-  std::vector<int32_t> long_prompt = tok.encode(para).value();
-  std::vector<int32_t> short_prompt(long_prompt.begin(), long_prompt.begin() + 64);
-  long_prompt.resize(530);
-  expect_prefill_agrees(rig, oracle, short_prompt, 128);
-  expect_prefill_agrees(rig, oracle, long_prompt, 128);
+  std::vector<int32_t> prompt = tok.encode(para).value();
+  prompt.resize(tokens);
+  return prompt;
+}
+
+TEST(Gemma3PrefillTest, RealModelBatchedMatchesTokenByTokenAndOracle) {
+  std::unique_ptr<RealRig> real = real_rig();
+  if (real == nullptr) GTEST_SKIP() << kNoRealModel;
+  Tokenizer& tok = real->model.tokenizer;
+  ASSERT_OK(real->rig.load(real->model.file, {.max_context = 640}));
+  for (const char* text : {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"}) {
+    expect_prefill_agrees(real->rig, real->oracle, tok.encode(text).value(), 128);
+  }
+  expect_prefill_agrees(real->rig, real->oracle, river_prompt(tok, 64), 128);
+}
+
+TEST(Gemma3PrefillTest, RealModelPromptPastTheLocalWindowMatchesTokenByTokenAndOracle) {
+  std::unique_ptr<RealRig> real = real_rig();
+  if (real == nullptr) GTEST_SKIP() << kNoRealModel;
+  ASSERT_OK(real->rig.load(real->model.file, {.max_context = 640}));
+  expect_prefill_agrees(real->rig, real->oracle, river_prompt(real->model.tokenizer, 530), 128);
 }
 
 }  // namespace

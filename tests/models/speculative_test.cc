@@ -212,6 +212,30 @@ TEST(Speculation, BadInputIsRejectedAndTheModelStaysUsable) {
   EXPECT_EQ(full.status().code(), StatusCode::kOutOfRange) << full.status().to_string();
 }
 
+// Default options never fail where plain decoding works: a context shorter than the
+// verify step (as `npurt generate` sizes it, prompt + max tokens, or a small
+// max_context) only shortens the drafts. Counts of new tokens up to past the verify
+// step, against the plain tokens.
+TEST(Speculation, DefaultOptionsWorkWhenTheContextIsShorterThanTheVerifyStep) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  const GenerateOptions defaults{.speculate = GenerateOptions::kDefaultSpeculate, .drafter = {}};
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 3; ++i) prompt.insert(prompt.end(), {11, 42});  // repeats: lookup drafts
+  for (uint32_t verify : {uint32_t{GenerateOptions::kDefaultSpeculate + 1}, Gemma3Options::kDefaultVerifyTokens}) {
+    for (int n : {1, 2, 5, 9}) {
+      Rig rig;
+      const uint32_t context = static_cast<uint32_t>(prompt.size() + n);
+      ASSERT_OK(rig.load(p.file, {.max_context = context, .prefill_chunk = 8, .verify_tokens = verify}));
+      ASSERT_EQ(rig.model->max_verify_tokens(), std::min(verify, context));  // cut by the context but for 9 of 8
+      const Generated plain = run(*rig.model, prompt, n);
+      const StatusOr<std::vector<int32_t>> spec = generate(*rig.model, prompt, n, nullptr, {}, nullptr, defaults);
+      ASSERT_TRUE(spec.ok()) << n << " tokens, verify step of " << verify << ": " << spec.status().to_string();
+      EXPECT_EQ(*spec, plain.tokens) << n << " tokens, verify step of " << verify;
+      EXPECT_EQ(spec->size(), static_cast<size_t>(n));
+    }
+  }
+}
+
 TEST(PromptLookup, DraftsWhatFollowedTheLatestMatch) {
   const PromptLookup lookup(3, 2);
   const std::vector<int32_t> c{1, 2, 3, 4, 9, 1, 2, 3, 5, 6, 2, 3};

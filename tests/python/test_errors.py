@@ -98,6 +98,49 @@ def test_missing_scalar_and_device_fault_leave_the_device_usable(dev, rng):
     assert dev.counters()["kernel_faults"] == 1
 
 
+def test_unknown_scalars_are_refused_by_name_before_anything_runs(dev, rng):
+    rope = npurt.ops.Rope(n_heads=2, head_dim=64)
+    seq = npurt.OperatorSequence(dev, "rope", [(rope, {"x": "q", "out": "q_rot"})], ["q"], ["q_rot"],
+                                 {"q": 128, "q_rot": 128})
+    q = random_f32(rng, 128)
+    np.copyto(seq.get_buffer("q").data, q)
+    want = "sequence 'rope': unknown scalar 'typo' (its scalars: base, pos)"
+    launches = dev.counters()["launches"]
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        seq(pos=3, base=10000.0, typo=3)
+    assert str(e.value) == want
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        seq(pso=3, base=10000.0)  # a misspelled name is named, not reported as missing
+    assert str(e.value) == "sequence 'rope': unknown scalar 'pso' (its scalars: base, pos)"
+    with pytest.raises(npurt.InvalidArgumentError, match="unknown scalars 'Pos', 'bsae'"):
+        seq(Pos=3, bsae=10000.0)
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        seq.reference({"q": q}, pos=3, base=10000.0, typo=3)
+    assert str(e.value) == want
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        rope.reference({"x": q}, pos=3, base=10000.0, typo=3)
+    assert str(e.value) == "rope neox 2x64: unknown scalar 'typo' (its scalars: pos, base)"
+    assert dev.counters()["launches"] == launches  # nothing ran
+    # Worker.submit refuses at once, not when the run is waited for.
+    worker = npurt.Worker(dev)
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        worker.submit(seq, pos=3, base=10000.0, typo=3)
+    assert str(e.value) == want
+    assert worker.stats()["runs_submitted"] == 0
+    # A sequence without scalars says so.
+    gemv = gemv_sequence(dev, m=64)
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        gemv(pos=0)
+    assert str(e.value) == "sequence 'gemv': unknown scalar 'pos' (it binds no scalars)"
+    # Everything stays usable with the right names.
+    seq(pos=3, base=10000.0)
+    want_out = seq.reference({"q": q}, pos=3, base=10000.0)["q_rot"]
+    assert rel_l2(seq.get_buffer("q_rot").data, want_out) < 1e-5
+    worker.submit(seq, pos=4, base=10000.0).wait()
+    a, x = random_bf16(rng, (64, 640)), random_f32(rng, 640)
+    assert run_ok(gemv, a, x) < 1e-2
+
+
 def test_closed_device_raises_and_arrays_stay_valid(rng):
     dev = npurt.Device(cores=2)
     seq = gemv_sequence(dev, m=64, k=640)

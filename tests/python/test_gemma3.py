@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -67,6 +70,63 @@ def test_bad_paths_and_devices_raise_clear_errors(tmp_path):
         npurt.Gemma3(MODEL, device="tpu")
 
 
+HINT = "pass a path or set NPURT_MODEL (`make model` installs the file)"
+CHECKOUT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def test_npurt_model_naming_a_missing_file_is_named(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.gguf"
+    monkeypatch.setenv("NPURT_MODEL", str(missing))
+    with pytest.raises(npurt.NotFoundError) as e:
+        npurt.Gemma3()
+    assert str(e.value) == f"gemma3: no model file at {missing} (from NPURT_MODEL); {HINT}"
+
+
+@needs_model
+def test_a_path_given_wins_over_npurt_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPURT_MODEL", str(tmp_path / "missing.gguf"))
+    assert npurt.Gemma3(MODEL, max_context=8).path == MODEL
+
+
+def test_without_npurt_model_the_checkout_file_is_the_default(monkeypatch):
+    if os.path.commonpath([os.path.realpath(npurt.__file__), CHECKOUT]) != CHECKOUT:
+        pytest.skip("this package was not installed inside its checkout")
+    monkeypatch.delenv("NPURT_MODEL", raising=False)
+    checkout_model = os.path.join(CHECKOUT, "models", "gemma-3-270m-q4_k_m.gguf")
+    if os.path.isfile(checkout_model):
+        assert os.path.realpath(npurt.Gemma3(max_context=8).path) == checkout_model
+    else:
+        with pytest.raises(npurt.NotFoundError) as e:
+            npurt.Gemma3()
+        assert "NPURT_MODEL is not set" in str(e.value) and checkout_model in str(e.value)
+        assert str(e.value).endswith(HINT)
+
+
+OUTSIDE_SCRIPT = """
+import npurt, sys
+assert npurt.__file__.startswith(sys.argv[1]), npurt.__file__
+try:
+    npurt.Gemma3()
+    print("loaded")
+except npurt.NotFoundError as e:
+    print(e)
+"""
+
+
+def test_a_package_installed_outside_its_checkout_has_no_default_but_npurt_model(tmp_path):
+    site = tmp_path / "site"
+    shutil.copytree(os.path.dirname(npurt.__file__), site / "npurt",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if k != "NPURT_MODEL"}
+    env["PYTHONPATH"] = str(site)
+    r = subprocess.run([sys.executable, "-c", OUTSIDE_SCRIPT, str(site)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    message = r.stdout.strip()
+    assert message == (f"gemma3: no model file: NPURT_MODEL is not set (this package, at {site / 'npurt'}, "
+                       f"runs outside the checkout it was built in, so it has no default file); {HINT}")
+
+
 @needs_model
 def test_batched_prefill_is_the_default_and_matches_token_by_token(model):
     prompt = model.encode("The river runs past the old mill, where the miller's children count the boats "
@@ -118,3 +178,24 @@ def test_speculation_rejects_what_it_cannot_run(model):
     with pytest.raises(ValueError, match="one simulated NPU"):
         host.generate_ids([2, 818], 4, speculate=3)
     assert len(model.generate_ids([2, 818], 4, speculate=3)) == 4
+
+
+@needs_model
+@pytest.mark.parametrize("text", ["The capital of France is", "1, 2, 1, 2, 1, 2,"])
+def test_default_options_work_wherever_plain_decoding_does(text):
+    """A context barely longer than the prompt: shorter than the verify step, so the
+    default drafts must shrink to fit instead of raising."""
+    probe = npurt.Gemma3(MODEL, max_context=16)
+    prompt = probe.encode(text)
+    del probe
+    for extra in (1, 2, 3):
+        model = npurt.Gemma3(MODEL, max_context=len(prompt) + extra)
+        for n in (1, 2, 3):
+            if len(prompt) + n - 1 > len(prompt) + extra:
+                continue  # the last fed-back token would not fit: plain decoding fails too
+            where = f"context {len(prompt) + extra}, {n} tokens"
+            plain_ids = model.generate_ids(prompt, n, speculate=0)
+            assert len(plain_ids) == n, where
+            assert model.generate_ids(prompt, n) == plain_ids, where
+            plain_text = model.generate(text, max_tokens=n, speculate=0)
+            assert model.generate(text, max_tokens=n) == plain_text == model.decode(plain_ids), where

@@ -107,7 +107,8 @@ class OperatorSequence {
 
   // Runs every step's host reference in order over `buffers` (name -> bytes in the
   // buffer's dtype; missing buffers are created zero-filled, so pass at least the
-  // inputs and the resident scratch buffers). The host mirror of a call, for tests.
+  // inputs and the resident scratch buffers). The host mirror of a call, for tests;
+  // `scalars` as for CompiledSequence::call (an unknown name is an error).
   Status run_reference(std::map<std::string, std::vector<uint8_t>>& buffers, const Scalars& scalars = {}) const;
 
  private:
@@ -141,10 +142,10 @@ class CompiledSequence {
 
   // Uploads exactly the stale bytes of what the steps read, runs the steps, then
   // brings back exactly the output buffers (synchronous). `scalars` must give every
-  // scalar the steps bind. Runs on a stream of the sequence's own pool
-  // (exec/stream_pool.h): reused while no code was published, fresh and primed over
-  // every core otherwise, replaced after a failure. After the runtime closed, every
-  // call fails naming the sequence.
+  // scalar the steps bind, and nothing else (scalar_names()). Runs on a stream of the
+  // sequence's own pool (exec/stream_pool.h): reused while no code was published, fresh
+  // and primed over every core otherwise, replaced after a failure. After the runtime
+  // closed, every call fails naming the sequence.
   Status call(const Scalars& scalars = {});
   // call() in two halves, for a caller that drives several devices at once (their
   // collectives meet on the devices' streams): start() acquires the stream and
@@ -157,6 +158,11 @@ class CompiledSequence {
   // (e.g. a Worker run's stream; its code handles are code_handles()). Outputs are
   // then device-newer and come back on the next host read of their views.
   Status enqueue(hal::StreamId stream, const Scalars& scalars = {});
+  // The names of the scalars the steps bind, sorted. call(), start(), enqueue() and
+  // run_reference() refuse a name that is not one of them (check_scalars: the error
+  // names the unknown ones and lists these), so a misspelled scalar never goes unused.
+  const std::vector<std::string>& scalar_names() const { return scalars_; }
+  Status check_scalars(const Scalars& scalars) const;
   // Every image a run launches, for exec::Worker::submit.
   const std::vector<exec::CodeHandle>& code_handles() const { return code_; }
 
@@ -199,6 +205,7 @@ class CompiledSequence {
   std::vector<CompiledKernel> kernels_;
   std::vector<exec::CodeHandle> code_;
   std::vector<std::string> outputs_;
+  std::vector<std::string> scalars_;  // sorted
 };
 
 }  // namespace npurt::graph

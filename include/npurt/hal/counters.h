@@ -13,6 +13,9 @@ struct Counters {
   uint64_t d2d_bytes = 0, d2d_transfers = 0;
   uint64_t peer_bytes = 0, peer_transfers = 0;  // copy_to_peer, counted by the sender
   uint64_t host_functions = 0;
+  // event_synchronize / stream_synchronize calls that found the work unfinished and
+  // blocked the host (a wait on finished work is not counted).
+  uint64_t host_blocked_waits = 0;
   uint64_t launches = 0;
   uint64_t blocks = 0;
   uint64_t streams_created = 0, streams_destroyed = 0;

@@ -1,8 +1,9 @@
 // Dequantization of the block-quantized weight formats (GGUF's Q8_0, Q4_0, Q5_0,
-// Q4_K, Q5_K, Q6_K) to f32. Block layouts and reconstruction follow
-// shared/spec/gemma3-gguf.md; every f16 scale converts to f32 exactly, and each
-// output is formed with the same f32 operations in the same order as the spec's
-// formulas (no fused multiply-add), so results are bit-reproducible.
+// Q4_K, Q5_K, Q6_K) to f32. Block layouts and reconstruction follow ggml's
+// (block_* in ggml-common.h, dequantize_row_* in ggml-quants.c; docs/isa.md); every
+// f16 scale converts to f32 exactly, and each output is formed with the same f32
+// operations in the same order as those formulas (no fused multiply-add), so results
+// are bit-reproducible.
 #pragma once
 
 #include <cstddef>

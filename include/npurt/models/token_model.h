@@ -72,8 +72,9 @@ struct GenerateStats {
 
 struct GenerateOptions {
   // Speculative decoding: the most tokens drafted per verify step (0: one token per
-  // step). At most the model's max_verify_tokens() - 1. The output is the same either
-  // way, token for token; only the speed differs.
+  // step). At most the model's max_verify_tokens() - 1, unless the verify step is as
+  // long as the context (then drafts just stop at the context's end). The output is the
+  // same either way, token for token; only the speed differs.
   int speculate = 0;
   Drafter drafter;  // empty: PromptLookup
   // What `npurt generate` and the Python package draft unless told otherwise.

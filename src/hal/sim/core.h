@@ -12,7 +12,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -133,9 +132,6 @@ class Core {
   uint32_t id() const { return id_; }
   uint32_t local_bytes() const { return static_cast<uint32_t>(local_size_); }
   ICache& icache() { return icache_; }
-  // Held while a launch owns the core; timed, so a launch waiting for a hung one's
-  // cores can still be aborted.
-  std::timed_mutex& busy() { return busy_; }
 
   // Runs `block` until it exits, reaches a barrier or faults (then *fault is set).
   BlockResult run(BlockState& block, const LaunchContext& launch, Status* fault, CoreStats& stats);
@@ -147,7 +143,6 @@ class Core {
   size_t local_size_;
   std::unique_ptr<uint8_t[], void (*)(void*)> local_;
   ICache icache_;
-  std::timed_mutex busy_;
 };
 
 }  // namespace npurt::sim

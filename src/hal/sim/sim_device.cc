@@ -14,6 +14,7 @@
 
 #include "hal/sim/allocator.h"
 #include "hal/sim/core.h"
+#include "hal/sim/core_claims.h"
 #include "hal/sim/fault_injector.h"
 #include "hal/sim/host_pool.h"
 #include "npurt/base/math.h"
@@ -90,7 +91,7 @@ struct SimStream {
 class SimDevice final : public Device {
  public:
   SimDevice(const SimOptions& o, uint8_t* gm, uint64_t* shadow)
-      : opts_(o), alloc_(kGmBase, o.global_memory_bytes), pool_(pool_workers(o)) {
+      : opts_(o), alloc_(kGmBase, o.global_memory_bytes), core_claims_(o.num_cores), pool_(pool_workers(o)) {
     gm_.host = gm;
     gm_.base_addr = kGmBase;
     gm_.size = o.global_memory_bytes;
@@ -183,7 +184,9 @@ class SimDevice final : public Device {
 
   Status stream_synchronize(StreamId id) override {
     NPURT_ASSIGN_OR_RETURN(auto s, find_stream(id));
-    wait_until_reached(s->completed, read_under(s->mu, s->enqueued), s->mu, s->done_cv);
+    const uint64_t target = read_under(s->mu, s->enqueued);
+    count_if_blocking(s->completed, target);
+    wait_until_reached(s->completed, target, s->mu, s->done_cv);
     std::lock_guard<std::mutex> lock(s->mu);
     return s->error;
   }
@@ -242,6 +245,7 @@ class SimDevice final : public Device {
   Status event_synchronize(EventId event) override {
     NPURT_ASSIGN_OR_RETURN(auto e, find_event(event));
     const uint64_t target = read_under(e->mu, e->recorded);
+    count_if_blocking(e->completed, target);
     wait_until_reached(e->completed, target, e->mu, e->cv);
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->failed_seq != 0 && e->failed_seq == target) return e->failure;
@@ -397,6 +401,11 @@ class SimDevice final : public Device {
     return threads - 1;  // the launching stream thread is the remaining one
   }
 
+  // Counted before the wait, so another thread can see that the host is blocked.
+  void count_if_blocking(const std::atomic<uint64_t>& counter, uint64_t target) {
+    if (counter.load(std::memory_order_acquire) < target) bump([](Counters& c) { ++c.host_blocked_waits; });
+  }
+
   template <typename F>
   void bump(F f) {
     std::lock_guard<std::mutex> lock(counters_mu_);
@@ -424,7 +433,7 @@ class SimDevice final : public Device {
   }
 
   // Fails the stream's executing and queued commands (see abort_stream); returns at once.
-  static void request_abort(SimStream& s, const std::string& why) {
+  void request_abort(SimStream& s, const std::string& why) {
     std::shared_ptr<SimEvent> waiting;
     {
       std::lock_guard<std::mutex> lock(s.mu);
@@ -436,6 +445,7 @@ class SimDevice final : public Device {
       if (s.running_launch_abort != nullptr) s.running_launch_abort->store(true, std::memory_order_release);
       waiting = s.waiting_on;
     }
+    core_claims_.wake();  // a launch of this stream may be waiting for cores
     if (waiting) {
       // Under the event's mutex, so a waiter between its check and its sleep still wakes.
       std::lock_guard<std::mutex> lock(waiting->mu);
@@ -722,17 +732,12 @@ class SimDevice final : public Device {
     } unregister{s};
 
     const uint32_t used = std::min(p.grid, opts_.num_cores);
-    std::vector<std::unique_lock<std::timed_mutex>> held;  // in core order: no deadlock between streams
-    held.reserve(used);
-    for (uint32_t c = 0; c < used; ++c) {
-      std::unique_lock<std::timed_mutex> core(cores_[c]->busy(), std::defer_lock);
-      while (!core.try_lock_for(std::chrono::milliseconds(1))) {
-        if (abort.load(std::memory_order_acquire)) {
-          return aborted("kernel '" + name + "' on stream " + std::to_string(s.id) + " aborted while waiting for core " +
-                         std::to_string(c));
-        }
+    sim::CoreClaim held(core_claims_);  // in core order: no deadlock between streams
+    while (held.held() < used) {
+      if (!held.claim_next(abort)) {
+        return aborted("kernel '" + name + "' on stream " + std::to_string(s.id) + " aborted while waiting for core " +
+                       std::to_string(held.held()));
       }
-      held.push_back(std::move(core));
     }
     if (s.fresh) {
       for (uint32_t c = 0; c < used; ++c) cores_[c]->icache().invalidate();
@@ -837,6 +842,7 @@ class SimDevice final : public Device {
   sim::GmAllocator alloc_;
 
   std::vector<std::unique_ptr<sim::Core>> cores_;
+  sim::CoreClaims core_claims_;
   sim::HostPool pool_;
 
   std::mutex obj_mu_;
