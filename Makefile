@@ -10,11 +10,14 @@ FUZZ_TARGETS = verifier gguf tokenizer sequence
 MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 # The compiler cache keys on paths relative to the checkout, so a fresh clone elsewhere
-# reuses the objects of an earlier one.
+# reuses the objects of an earlier one. Builds with debug info (the sanitizer and fuzz
+# builds) name the checkout as "." in it: otherwise ccache keys them on the build
+# directory's absolute path, and every clone rebuilds them from scratch.
 export CCACHE_BASEDIR ?= $(CURDIR)
+DEBUG_PATHS = -fdebug-prefix-map=$(CURDIR)=.
 # Sanitizer builds at -O1 with line tables only: a third of -O2 -g's compile time, and
 # reports still name file and line.
-ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG $(DEBUG_PATHS)"
 
 .PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-tsan test-python test-install test-docs fuzz bench bench-ops bench-comm bench-parallel clean model
 
@@ -69,7 +72,7 @@ test-python: deps
 	.venv/bin/python -m pytest -q tests/python
 
 fuzz: deps
-	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNPURT_FUZZ=ON -DNPURT_BENCH=OFF >/dev/null
+	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(DEBUG_PATHS)" -DNPURT_FUZZ=ON -DNPURT_BENCH=OFF >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	set -e; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
