@@ -60,7 +60,12 @@ TEST_P(LaunchUploads, OfAFailedLaunchAreSentAgainByTheNextOne) {
   const auto data = random_floats(kN, 3);
   write_floats(*rig.ctx, x.view(), data);
   inject(*rig.device, FaultSite::kCopyToDevice);
-  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  {
+    // Held until the launch is enqueued: a fault striking first would fail the launch
+    // call itself (its completion event unrecordable) instead of its stream.
+    StreamGate gate(*rig.device, rig.stream);
+    NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  }
   Status s = rig.device->stream_synchronize(rig.stream);
   EXPECT_TRUE(contains(s, "injected fault #")) << s.to_string();
   stop_injecting(*rig.device);
@@ -79,7 +84,10 @@ TEST(FaultRecovery, OutputsOfAFailedKernelRaiseUntilRewritten) {
   Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out"), out2 = rig.buffer(kBytes, "out2");
   write_floats(*rig.ctx, x.view(), random_floats(kN, 4));
   inject(*rig.device, FaultSite::kKernel);
-  NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  {
+    StreamGate gate(*rig.device, rig.stream);  // the fault strikes after the launch call
+    NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), out.view()}));
+  }
   EXPECT_FALSE(rig.device->stream_synchronize(rig.stream).ok());  // faults are drawn as commands execute
   stop_injecting(*rig.device);
   auto r = rig.ctx->read(out.view());
@@ -136,12 +144,15 @@ TEST(FaultRecovery, LearningALaterFailureFirstStillMarksTheEarlierWorkFailed) {
   // A kernel on the other stream, held behind a gate, writes w; the first launch
   // reads it, so its stream waits there and both launches are enqueued before
   // anything fails.
-  StreamGate gate(*rig.device, rig.stream2);
+  // The first launch's own stream is held too, so x's upload cannot fail before
+  // both launch calls have returned.
+  StreamGate gate(*rig.device, rig.stream2), gate1(*rig.device, rig.stream);
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kSlowCopy, {LaunchArg::scalar_i64(200000), z.view(), w.view()}, rig.stream2));
   inject(*rig.device, FaultSite::kCopyToDevice);  // x's upload
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kAdd, {x.view(), w.view(), a.view()}));
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {y.view(), b.view()}));
   gate.open();
+  gate1.open();
   EXPECT_FALSE(rig.ctx->read(b.view()).ok());  // learns the second launch's failure
   stop_injecting(*rig.device);
   NPURT_ASSERT_OK(rig.launch(MemoryRig::kCopy, {x.view(), c.view()}, rig.stream2));
