@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "hal/sim/dequant_kernels.h"
+#include "hal/sim/matvec_kernels.h"
 #include "npurt/isa/disasm.h"
 #include "npurt/isa/numeric.h"
 #include "hal/sim/tile_kernels.h"
@@ -416,23 +418,91 @@ void check_matvec(DType t, size_t blocks, const std::string& where) {
   }
 }
 
-// Every vector implementation, with and without the fixed-point x path (taken where
-// the CPU has AVX512_VNNI), over odd and even numbers of blocks per row.
+// Every vector implementation (on AVX-512 with and without VPDPBUSD, where the CPU
+// has AVX512_VNNI), over odd and even numbers of blocks per row.
 TEST(DequantVectorized, MatVecMatchesDequantizedDot) {
   constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0,
                               DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   for (int64_t target : sim::tile_kernels_targets()) {
     sim::tile_kernels_set_target_for_test(target);
-    for (bool integer_path : {true, false}) {
-      sim::matvec_set_integer_path_for_test(integer_path);
-      const std::string where = std::string(sim::tile_kernels_target()) + (integer_path ? ", integer path" : "");
+    for (bool vnni : {true, false}) {
+      sim::matvec_set_vnni_for_test(vnni);
+      const std::string where = sim::matvec_isa();
       for (DType t : kTypes) {
         for (size_t blocks : {3u, 4u}) check_matvec(t, blocks, where);
       }
     }
   }
-  sim::matvec_set_integer_path_for_test(true);
+  sim::matvec_set_vnni_for_test(true);
   sim::tile_kernels_set_target_for_test(0);
+}
+
+// The TMV kernels' bits are a property of the tile ISA, not of the CPU: every vector
+// implementation this CPU runs (AVX-512 with and without VPDPBUSD, AVX2, the portable
+// fallback) gives every vector the same bits, alone and in batches of any size, on
+// values from 1e-30 to 1e20, rows at odd addresses and row counts that leave rows
+// over from the kernels' groups of four.
+TEST(MatVecBits, EveryTargetAndFormGivesTheSameBits) {
+  constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0,
+                              DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+  constexpr size_t kRows = 37, kBatch = 16;
+  std::set<std::string> forms;
+  for (DType t : kTypes) {
+    const size_t k = dtype_is_quantized(t) ? (dtype_block_elems(t) == 32 ? 7 * 32 : 2 * 256) : 16 * 5 + 9;
+    const size_t row_bytes = dtype_is_quantized(t) ? k / dtype_block_elems(t) * dtype_block_bytes(t) : k * dtype_size(t);
+    const size_t stride = row_bytes + 5;
+    Bytes w(1 + kRows * stride);
+    for (size_t r = 0; r < kRows; ++r) {
+      Bytes row;
+      if (dtype_is_quantized(t)) {
+        row = random_blocks(t, k / dtype_block_elems(t), 300 + static_cast<uint32_t>(r));
+      } else {
+        const auto v = random_floats(k, 400 + static_cast<uint32_t>(r));
+        row.resize(row_bytes);
+        from_f32(v.data(), t, row.data(), k);
+      }
+      std::memcpy(&w[1 + r * stride], row.data(), row_bytes);
+    }
+    std::vector<float> x = random_floats(kBatch * k, 17 + static_cast<uint32_t>(t));
+    const float scales[] = {1.0f, 1e-30f, 1e20f, 3e-3f};
+    for (size_t v = 0; v < kBatch; ++v) {
+      for (size_t j = 0; j < k; ++j) x[v * k + j] *= scales[v % 4] * (j % 37 == 0 ? 100.0f : 1.0f);
+    }
+    const auto run = [&](size_t batch) {
+      std::vector<float> y(batch * kRows, std::nanf(""));
+      sim::matvec_batch(&w[1], t, stride, kRows, x.data(), k, batch, y.data(), /*accumulate=*/false);
+      std::vector<uint32_t> bits(y.size());
+      std::memcpy(bits.data(), y.data(), y.size() * 4);
+      return bits;
+    };
+    sim::tile_kernels_set_target_for_test(0);
+    const std::vector<uint32_t> want = run(kBatch);
+    for (int64_t target : sim::tile_kernels_targets()) {
+      sim::tile_kernels_set_target_for_test(target);
+      for (bool vnni : {true, false}) {
+        sim::matvec_set_vnni_for_test(vnni);
+        forms.insert(sim::matvec_isa());
+        for (size_t batch : {size_t{1}, size_t{5}, kBatch}) {
+          const std::vector<uint32_t> got = run(batch);
+          size_t differ = 0;
+          for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+          EXPECT_EQ(differ, 0u) << name_of(t) << " on " << sim::matvec_isa() << ", batch " << batch;
+        }
+      }
+    }
+    sim::matvec_set_vnni_for_test(true);
+    sim::tile_kernels_set_target_for_test(0);
+    // The comparison can fail: the test-only reordered sums give other bits.
+    sim::matvec_set_batch_reorder_for_test(true);
+    const std::vector<uint32_t> reordered = run(kBatch);
+    sim::matvec_set_batch_reorder_for_test(false);
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += reordered[i] != want[i];
+    EXPECT_GT(differ, want.size() / 4) << name_of(t) << ": the reordered sums went unnoticed";
+  }
+  // The fallback and at least one vector form were compared.
+  EXPECT_GE(forms.size(), 2u);
+  for (const std::string& f : forms) std::printf("compared: %s\n", f.c_str());
 }
 
 // ---------------------------------------------------------------- device

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "hal/sim/dequant_kernels.h"
+#include "hal/sim/matvec_kernels.h"
 #include "npurt/ops/argmax.h"
 #include "npurt/ops/attention.h"
 #include "npurt/ops/gemv.h"
@@ -111,15 +111,16 @@ TEST_P(GemvBatch, EachVectorGetsTheOneVectorKernelsBits) {
   EXPECT_EQ(run_batch(5, 9, /*runtime=*/false).columns, 0) << "batch compiled for 5";
 }
 
-TEST_P(GemvBatch, TheF32KernelsAreBatchInvariantToo) {
-  // Where the host has AVX512_VNNI, four quantized types take integer kernels: check
-  // the f32 ones on this machine too.
-  sim::matvec_set_integer_path_for_test(false);
-  single_.clear();
-  for (uint32_t v = 0; v < kMaxBatch; ++v) single_.push_back(run_single(v));
+TEST_P(GemvBatch, TheFormWithoutVnniGivesTheSameBits) {
+  // Where the host has AVX512_VNNI the AVX-512 kernels use VPDPBUSD; the VPMADDUBSW
+  // form (AVX-512 hosts without VNNI) must give every vector the same bits.
+  if (!sim::matvec_vnni()) GTEST_SKIP() << "no AVX512_VNNI on this host";
+  sim::matvec_set_vnni_for_test(false);
   const Mismatch m = run_batch(kMaxBatch, 3, /*runtime=*/true);
-  sim::matvec_set_integer_path_for_test(true);
+  const std::vector<uint32_t> one = run_single(5);
+  sim::matvec_set_vnni_for_test(true);
   EXPECT_EQ(m.columns, 0);
+  EXPECT_EQ(one, single_[5]);
 }
 
 TEST_P(GemvBatch, MatchesTheReference) {

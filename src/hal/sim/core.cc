@@ -16,6 +16,7 @@
 #endif
 
 #include "hal/sim/dequant_kernels.h"
+#include "hal/sim/matvec_kernels.h"
 #include "hal/sim/tile_kernels.h"
 #include "npurt/base/math.h"
 #include "npurt/isa/verifier.h"
