@@ -48,7 +48,6 @@ struct F8 { __m256 v; };
 HWY_INLINE FV LoadF(const float* p) { return {_mm512_loadu_ps(p)}; }
 HWY_INLINE FV ZeroF() { return {_mm512_setzero_ps()}; }
 HWY_INLINE FV MulF(FV a, FV b) { return {_mm512_mul_ps(a.v, b.v)}; }
-HWY_INLINE FV SubF(FV a, FV b) { return {_mm512_sub_ps(a.v, b.v)}; }
 // a * b + c, one rounding.
 HWY_INLINE FV FmaF(FV a, FV b, FV c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
 // As FmaF in lanes 0..7; lanes 8..15 keep c.
@@ -145,7 +144,6 @@ HWY_INLINE __m256i Load256(const void* p) { return _mm256_loadu_si256(reinterpre
 HWY_INLINE FV LoadF(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
 HWY_INLINE FV ZeroF() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 HWY_INLINE FV MulF(FV a, FV b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
-HWY_INLINE FV SubF(FV a, FV b) { return {_mm256_sub_ps(a.lo, b.lo), _mm256_sub_ps(a.hi, b.hi)}; }
 HWY_INLINE FV FmaF(FV a, FV b, FV c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
 HWY_INLINE FV FmaLowF(FV a, FV b, FV c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), c.hi}; }
 HWY_INLINE FV ToF(IV a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
@@ -238,7 +236,6 @@ struct F8 { float v[8]; };
 HWY_INLINE FV LoadF(const float* p) { FV r; std::memcpy(r.v, p, sizeof r.v); return r; }
 HWY_INLINE FV ZeroF() { return FV{}; }
 HWY_INLINE FV MulF(FV a, FV b) { for (int l = 0; l < 16; ++l) a.v[l] *= b.v[l]; return a; }
-HWY_INLINE FV SubF(FV a, FV b) { for (int l = 0; l < 16; ++l) a.v[l] -= b.v[l]; return a; }
 HWY_INLINE FV FmaF(FV a, FV b, FV c) { for (int l = 0; l < 16; ++l) c.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return c; }
 HWY_INLINE FV FmaLowF(FV a, FV b, FV c) { for (int l = 0; l < 8; ++l) c.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return c; }
 HWY_INLINE FV ToF(IV a) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = static_cast<float>(a.v[l]); return r; }
