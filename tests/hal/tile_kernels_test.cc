@@ -845,5 +845,87 @@ std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) {
 INSTANTIATE_TEST_SUITE_P(Targets, TileKernelsTest, ::testing::ValuesIn(tile_kernels_targets()),
                          TargetParamName);
 
+// The bits of every sum and elementwise function on fresh random data: matmul over
+// kShapes (every type pair, both B layouts, accumulating onto random C), row sums and
+// sums of squares of every length up to 70 and of 640, and the transcendental ops.
+std::vector<uint32_t> KernelBits(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  const auto randoms = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  std::vector<uint32_t> bits;
+  const auto keep = [&](const std::vector<float>& v) {
+    for (float x : v) bits.push_back(std::bit_cast<uint32_t>(x));
+  };
+  for (DType a_type : kMatmulTypes) {
+    for (DType b_type : kMatmulTypes) {
+      for (const Shape& s : kShapes) {
+        for (bool trans_b : {false, true}) {
+          const std::vector<float> a = randoms(s.m * s.k), b = randoms(s.k * s.n);
+          std::vector<uint16_t> a16(a.size()), b16(b.size());
+          convert(a.data(), DType::kF32, a16.data(), a_type == DType::kF32 ? DType::kBF16 : a_type, a.size());
+          convert(b.data(), DType::kF32, b16.data(), b_type == DType::kF32 ? DType::kBF16 : b_type, b.size());
+          const void* ap = a_type == DType::kF32 ? static_cast<const void*>(a.data()) : a16.data();
+          const void* bp = b_type == DType::kF32 ? static_cast<const void*>(b.data()) : b16.data();
+          std::vector<float> c = randoms(s.m * s.n);
+          matmul(ap, a_type, bp, b_type, c.data(), s.m, s.n, s.k, trans_b, /*accumulate=*/true);
+          keep(c);
+        }
+      }
+    }
+  }
+  for (RedOp op : {RedOp::kSum, RedOp::kSumSq}) {
+    for (size_t cols : {size_t{1}, size_t{7}, size_t{15}, size_t{16}, size_t{17}, size_t{31}, size_t{33},
+                        size_t{70}, size_t{640}}) {
+      const std::vector<float> in = randoms(3 * cols);
+      std::vector<float> out(3);
+      reduce_rows(op, in.data(), 3, cols, out.data());
+      keep(out);
+    }
+  }
+  for (UnOp op : {UnOp::kExp, UnOp::kTanh, UnOp::kGeluTanh, UnOp::kSilu, UnOp::kSin, UnOp::kCos, UnOp::kLog,
+                  UnOp::kRsqrt}) {
+    std::vector<float> v = randoms(1001);
+    for (float& x : v) x = op == UnOp::kLog || op == UnOp::kRsqrt ? std::fabs(x) * 50.0f : x * 20.0f;
+    unary(op, v.data(), v.data(), v.size());
+    keep(v);
+  }
+  return bits;
+}
+
+// Every implementation with FMA gives the same bits; the scalar fallback, whose
+// multiply-add rounds twice, is the control that shows the comparison sees a change
+// of rounding.
+TEST(TileKernelBits, EveryTargetWithFmaGivesTheSameBits) {
+  std::vector<uint32_t> want;
+  std::string first;
+  bool fallback_differs = false;
+  for (int64_t target : tile_kernels_targets()) {
+    tile_kernels_set_target_for_test(target);
+    const std::vector<uint32_t> got = KernelBits(7);
+    if (target == HWY_SCALAR) {
+      fallback_differs = !want.empty() && got != want;
+      continue;
+    }
+    if (want.empty()) {
+      want = got;
+      first = tile_kernels_target();
+      continue;
+    }
+    ASSERT_EQ(got.size(), want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << tile_kernels_target() << " against " << first << ": " << differ << " of "
+                          << got.size() << " results differ";
+  }
+  tile_kernels_set_target_for_test(0);
+  if (!want.empty()) {
+    EXPECT_TRUE(fallback_differs) << "the fallback's twice-rounded multiply-adds went unseen";
+  }
+}
+
 }  // namespace
 }  // namespace npurt::sim

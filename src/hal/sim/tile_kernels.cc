@@ -401,24 +401,62 @@ void RangedUnaryKernel(const float* in, float* out, size_t n) {
   }
 }
 
+// ---- The canonical order of sums ------------------------------------------------------
+//
+// A kernel's results are a property of the tile ISA, not of the vector width that
+// simulates it: every sum runs on kLanes = 16 lanes, which AVX-512 holds in one
+// vector, AVX2 in two and the fallback in sixteen, and ends in one halving tree.
+// Every target with FMA (AVX-512, AVX2) therefore gives the same bits; the fallback
+// keeps the order, but Highway's scalar MulAdd rounds twice.
+
+constexpr size_t kLanes = 16;
+static_assert(kN == 1 || kN == 8 || kN == 16, "the canonical lanes are one, two or sixteen vectors");
+constexpr size_t kLaneVecs = kLanes / kN;
+
+HWY_INLINE float Tree4(const float* t) { return (t[0] + t[2]) + (t[1] + t[3]); }
+
+// Lane l + lane l + 8, then l + l + 4, l + l + 2 and l + l + 1: the matvec kernels' tree.
+HWY_INLINE float Tree16(const VF (&lanes)[kLaneVecs]) {
+#if HWY_TARGET == HWY_SCALAR
+  float h[8], q[4];
+  for (size_t l = 0; l < 8; ++l) h[l] = hn::GetLane(lanes[l]) + hn::GetLane(lanes[l + 8]);
+  for (size_t l = 0; l < 4; ++l) q[l] = h[l] + h[l + 4];
+  return Tree4(q);
+#else
+#if HWY_TARGET <= HWY_AVX3
+  const hn::Half<DF> d8;
+  const auto h8 = hn::Add(hn::LowerHalf(d8, lanes[0]), hn::UpperHalf(d8, lanes[0]));
+#else
+  const DF d8;
+  const VF h8 = hn::Add(lanes[0], lanes[1]);
+#endif
+  const hn::Half<std::remove_const_t<decltype(d8)>> d4;
+  float q[4];
+  hn::StoreU(hn::Add(hn::LowerHalf(d4, h8), hn::UpperHalf(d4, h8)), d4, q);
+  return Tree4(q);
+#endif
+}
+
 // ---- Row reductions ------------------------------------------------------------------
 
-// Sum (or sum of squares) with four accumulators to hide the add latency.
+// Sum (or sum of squares) in the canonical order: the row zero-padded to whole runs
+// of kLanes, lane l summing the values at l, l + kLanes, ... in order, then Tree16.
 template <bool kSquares>
 float RowSum(const float* p, size_t cols) {
   const DF d;
   const auto add = [](VF acc, VF v) { return kSquares ? hn::MulAdd(v, v, acc) : hn::Add(acc, v); };
-  VF s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+  VF acc[kLaneVecs];
+  for (VF& a : acc) a = hn::Zero(d);
   size_t i = 0;
-  for (; i + 4 * kN <= cols; i += 4 * kN) {
-    s0 = add(s0, hn::LoadU(d, p + i));
-    s1 = add(s1, hn::LoadU(d, p + i + kN));
-    s2 = add(s2, hn::LoadU(d, p + i + 2 * kN));
-    s3 = add(s3, hn::LoadU(d, p + i + 3 * kN));
+  for (; i + kLanes <= cols; i += kLanes) {
+#pragma GCC unroll 16
+    for (size_t v = 0; v < kLaneVecs; ++v) acc[v] = add(acc[v], hn::LoadU(d, p + i + v * kN));
   }
-  for (; i + kN <= cols; i += kN) s0 = add(s0, hn::LoadU(d, p + i));
-  if (i < cols) s1 = add(s1, hn::MaskedLoad(hn::FirstN(d, cols - i), d, p + i));
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (size_t v = 0; i + v * kN < cols; ++v) {
+    const size_t at = i + v * kN;
+    acc[v] = add(acc[v], hn::MaskedLoad(hn::FirstN(d, std::min(kN, cols - at)), d, p + at));
+  }
+  return Tree16(acc);
 }
 
 // Lanes past the end of a row read as -inf, which never wins a max.
@@ -493,31 +531,27 @@ void ReduceArgmax(const float* in, size_t rows, size_t cols, void* out) {
 // ---- Matmul, dot-product form ----------------------------------------------------------
 //
 // Used with trans_b (every C element is the dot product of two contiguous rows) when
-// the outer-product form does not pay off, and for non-transposed B narrower than a
-// vector (transposed into rows first). A block of R rows of A and S rows of B is
+// the outer-product form does not pay off, and for non-transposed B narrower than
+// kLanes (transposed into rows first). A block of R rows of A and S rows of B is
 // computed at once, so each loaded B vector serves R rows and each A vector S columns.
-// Rows are consumed in chunks of kDotVecs vectors.
+// Rows are consumed in chunks of kDotChunk = 32 values, zero-padded at the end.
 //
-// Accumulators: one vector per (A row, B row) pair when S >= 2 (R*S independent
-// chains already hide the FMA latency), two for a single B row. The one-lane fallback
-// keeps eight per pair so that the f32 rounding error of long sums stays small.
+// Each dot product runs in the canonical order: lane l of its kLanes accumulators
+// sums, by FMA in order, the products of the values at l, l + 16, ... (f32, f16), or
+// at 2l and 2l + 1 of every chunk (bf16), then Tree16. With R*S >= 4 pairs per block
+// the chains hide the FMA latency.
 //
 // bf16 A rows are widened without shuffles: a u32 lane holding elements (2i, 2i+1)
 // gives element 2i by a left shift and 2i+1 by masking, so one pair of vectors holds
 // the even, then the odd elements of 2*kN inputs. B is repacked in that order.
 
-constexpr size_t kDotVecs = kN == 1 ? 8 : 2;
-constexpr size_t kDotChunk = kDotVecs * kN;
+constexpr size_t kDotChunk = 32;
+constexpr size_t kDotVecs = kDotChunk / kN;
 // Block shape: R = kDotRows rows of A against up to kDotCols rows of B, or
-// kDotRowsOneCol rows of A when B has a single row.
-constexpr size_t kDotRows = kN == 1 ? 1 : 4;
+// kDotRowsOneCol rows of A when B has a single row; sized to the vector registers.
+constexpr size_t kDotRows = kN == 1 ? 1 : (kVectorRegs == 32 ? 4 : 2);
 constexpr size_t kDotCols = kN == 1 ? 2 : (kVectorRegs == 32 ? 4 : 2);
 constexpr size_t kDotRowsOneCol = kN == 1 ? 2 : (kVectorRegs == 32 ? 8 : 4);
-
-template <size_t S>
-constexpr size_t DotAccumulators() {
-  return (kN == 1 || S == 1) ? kDotVecs : 1;
-}
 
 struct RowF32 {
   using T = float;
@@ -562,14 +596,18 @@ HWY_INLINE void PrefetchAhead(const void* p) {
   hwy::Prefetch(reinterpret_cast<const uint8_t*>(ahead));
 }
 
-// One chunk: accumulates A[r] chunk vector v * B[s] chunk vector v into
-// acc[r][s][v % kAcc].
+// One chunk: accumulates A[r] chunk vector v * B[s] chunk vector v into the
+// accumulator of v's canonical lanes.
 template <class Row, size_t R, size_t S, size_t kAcc>
 HWY_INLINE void DotStep(const typename Row::T* a, size_t lda, const float* b, size_t ldb,
                         VF (&acc)[R][S][kAcc]) {
   const DF d;
 #pragma GCC unroll 8
   for (size_t q = 0; q < kDotVecs; q += 2) {
+    // The canonical lanes of the two vectors: (even, odd) of one run of 2 * kN values,
+    // or two consecutive runs of kN.
+    const size_t kLo = Row::kEvenOdd ? (q / 2) % kLaneVecs : q % kLaneVecs;
+    const size_t kHi = Row::kEvenOdd ? kLo : (q + 1) % kLaneVecs;
     VF b_lo[S], b_hi[S];
 #pragma GCC unroll 8
     for (size_t s = 0; s < S; ++s) {
@@ -583,8 +621,8 @@ HWY_INLINE void DotStep(const typename Row::T* a, size_t lda, const float* b, si
       Row::Load(a + r * lda + q * kN, lo, hi);
 #pragma GCC unroll 8
       for (size_t s = 0; s < S; ++s) {
-        acc[r][s][q % kAcc] = hn::MulAdd(lo, b_lo[s], acc[r][s][q % kAcc]);
-        acc[r][s][(q + 1) % kAcc] = hn::MulAdd(hi, b_hi[s], acc[r][s][(q + 1) % kAcc]);
+        acc[r][s][kLo] = hn::MulAdd(lo, b_lo[s], acc[r][s][kLo]);
+        acc[r][s][kHi] = hn::MulAdd(hi, b_hi[s], acc[r][s][kHi]);
       }
     }
   }
@@ -597,7 +635,7 @@ HWY_NOINLINE void DotBlock(const typename Row::T* a, size_t lda, const typename 
                            const float* b, size_t ldb, size_t k, float* c, size_t ldc,
                            bool accumulate) {
   const DF d;
-  constexpr size_t kAcc = DotAccumulators<S>();
+  constexpr size_t kAcc = kLaneVecs;
   VF acc[R][S][kAcc];
 #pragma GCC unroll 8
   for (size_t r = 0; r < R; ++r) {
@@ -618,10 +656,7 @@ HWY_NOINLINE void DotBlock(const typename Row::T* a, size_t lda, const typename 
   for (size_t r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (size_t s = 0; s < S; ++s) {
-      VF sum = acc[r][s][0];
-#pragma GCC unroll 8
-      for (size_t v = 1; v < kAcc; ++v) sum = hn::Add(sum, acc[r][s][v]);
-      const float dot = hn::GetLane(hn::SumOfLanes(d, sum));
+      const float dot = Tree16(acc[r][s]);
       float& out = c[r * ldc + s];
       out = accumulate ? out + dot : dot;
     }
@@ -738,11 +773,14 @@ const float* DotOperandB(const void* b, DType type, bool trans_b, size_t n, size
 // step broadcasts one A element per row and multiplies it with the vectors of one B
 // row. k is cut into slices so that a slice of a B panel stays in L1 while every row
 // block uses it; C is updated once per slice, which also bounds rounding error growth.
+// Each C element sums a slice's products by FMA in order from zero and is then added
+// to C: lanes are columns, so only the slice length (fixed) decides the order.
 
 constexpr size_t kOuterRows = kN == 1 ? 4 : 6;
 constexpr size_t kOuterVecs = kVectorRegs == 32 ? 4 : 2;
 constexpr size_t kOuterWidth = kOuterVecs * kN;
-constexpr size_t kOuterSlice = std::min<size_t>(256, 32768 / (kOuterWidth * sizeof(float)));
+// The same slices on every target, so that every C element sees the same sums.
+constexpr size_t kOuterSlice = 128;
 
 // Writes an R x V register block to C, adding to C if add_to_c; only the first `cols`
 // columns exist in C.
@@ -912,13 +950,14 @@ OuterOperand OuterOperandB(const void* b, DType type, bool trans_b, size_t n, si
 // dot form only once A has enough rows and B enough columns to amortize that
 // (measured on AVX-512 for k from 256 to 2048).
 constexpr size_t kOuterMinRowsTransB = 64;
-constexpr size_t kOuterMinColsTransB = 2 * kN;
+constexpr size_t kOuterMinColsTransB = 2 * kLanes;
 
 template <class Row>
 void MatmulWithA(const typename Row::T* a, const void* b, DType b_type, float* c, size_t m,
                  size_t n, size_t k, bool trans_b, bool accumulate) {
-  // The outer form needs at least a vector of columns; the dot form suits narrow C.
-  const bool outer = trans_b ? (m >= kOuterMinRowsTransB && n >= kOuterMinColsTransB) : n >= kN;
+  // The forms sum in different orders, so the choice depends on the shape alone, never
+  // on the vector width. The dot form suits narrow C.
+  const bool outer = trans_b ? (m >= kOuterMinRowsTransB && n >= kOuterMinColsTransB) : n >= kLanes;
   if (!outer) {
     size_t ldb = 0;
     const float* bp = DotOperandB(b, b_type, trans_b, n, k, Row::kEvenOdd, &ldb);

@@ -8,8 +8,11 @@
 //
 // Implementation choice: the vector implementation (AVX-512, AVX2, or the portable
 // scalar fallback) is picked once, on the first call, from the CPU's capabilities;
-// all functions then run that implementation. Results may differ between
-// implementations only within each function's stated rounding behaviour.
+// all functions then run that implementation. Every implementation with FMA (AVX-512,
+// AVX2) gives the same bits for every function: sums run in one canonical order on 16
+// lanes whatever the vector width (reduce_rows, matmul), and elementwise functions are
+// lane by lane. The portable fallback keeps that order, but Highway's scalar
+// multiply-add rounds twice, so its results may differ in the last bits.
 //
 // Threading: every function is thread-safe and keeps no state between calls except
 // a per-thread scratch buffer used by matmul to repack operands; it grows to the
@@ -65,15 +68,20 @@ void unary(isa::UnOp op, const float* in, float* out, size_t n);
 //   kArgmax:      int32 index of the first element equal to the maximum (-1 for cols == 0).
 // out holds `rows` float values, or int32_t values for kArgmax; it may be the same
 // array as in (each row is read before its result is written). Max and argmax treat
-// NaN elements as -inf (a row of NaNs has max -inf and argmax 0). Sums are computed
-// with several partial accumulators, so their rounding differs from a sequential sum.
+// NaN elements as -inf (a row of NaNs has max -inf and argmax 0). Sums run on 16
+// lanes: the row zero-padded to a multiple of 16, lane l adding the elements at l,
+// l + 16, ... in order (by FMA for squares), then the halving tree l + l+8, l + l+4,
+// l + l+2, l + l+1; so their rounding differs from a sequential sum.
 void reduce_rows(isa::RedOp op, const float* in, size_t rows, size_t cols, void* out);
 
 // C[m x n] (f32, row stride n) = (accumulate ? C : 0) + A * B, where A is m x k (row
 // stride k) and B is k x n (row stride n) or, with trans_b, n x k (row stride k).
 // A and B may each be f32, bf16 or f16; products are formed from the exact f32 values
-// of the inputs and accumulated in f32. C must not alias A or B. With k == 0, C is
-// zeroed (or left unchanged when accumulating).
+// of the inputs and accumulated in f32 by FMA. The order depends on the shape alone:
+// narrow C (n < 16; with trans_b, m < 64 or n < 32) takes dot products in the order of
+// reduce_rows' sums (bf16 A: elements 2l and 2l + 1 of each 32 on lane l), wider C
+// sums each k slice of 128 in order and adds it to C. C must not alias A or B. With
+// k == 0, C is zeroed (or left unchanged when accumulating).
 void matmul(const void* a, isa::DType a_type, const void* b, isa::DType b_type, float* c,
             size_t m, size_t n, size_t k, bool trans_b, bool accumulate);
 
