@@ -410,19 +410,14 @@ void RangedUnaryKernel(const float* in, float* out, size_t n) {
 // keeps the order, but Highway's scalar MulAdd rounds twice.
 
 constexpr size_t kLanes = 16;
-static_assert(kN == 1 || kN == 8 || kN == 16, "the canonical lanes are one, two or sixteen vectors");
+static_assert(kLanes % kN == 0, "the canonical lanes are whole vectors");
 constexpr size_t kLaneVecs = kLanes / kN;
 
 HWY_INLINE float Tree4(const float* t) { return (t[0] + t[2]) + (t[1] + t[3]); }
 
 // Lane l + lane l + 8, then l + l + 4, l + l + 2 and l + l + 1: the matvec kernels' tree.
 HWY_INLINE float Tree16(const VF (&lanes)[kLaneVecs]) {
-#if HWY_TARGET == HWY_SCALAR
-  float h[8], q[4];
-  for (size_t l = 0; l < 8; ++l) h[l] = hn::GetLane(lanes[l]) + hn::GetLane(lanes[l + 8]);
-  for (size_t l = 0; l < 4; ++l) q[l] = h[l] + h[l + 4];
-  return Tree4(q);
-#else
+#if HWY_TARGET <= HWY_AVX3 || HWY_TARGET == HWY_AVX2
 #if HWY_TARGET <= HWY_AVX3
   const hn::Half<DF> d8;
   const auto h8 = hn::Add(hn::LowerHalf(d8, lanes[0]), hn::UpperHalf(d8, lanes[0]));
@@ -433,6 +428,13 @@ HWY_INLINE float Tree16(const VF (&lanes)[kLaneVecs]) {
   const hn::Half<std::remove_const_t<decltype(d8)>> d4;
   float q[4];
   hn::StoreU(hn::Add(hn::LowerHalf(d4, h8), hn::UpperHalf(d4, h8)), d4, q);
+  return Tree4(q);
+#else
+  // Narrower targets (the fallback; SSE2 or EMU128 where a compiler builds them).
+  float t[kLanes], h[8], q[4];
+  for (size_t v = 0; v < kLaneVecs; ++v) hn::StoreU(lanes[v], DF(), t + v * kN);
+  for (size_t l = 0; l < 8; ++l) h[l] = t[l] + t[l + 8];
+  for (size_t l = 0; l < 4; ++l) q[l] = h[l] + h[l + 4];
   return Tree4(q);
 #endif
 }
