@@ -95,6 +95,11 @@ std::vector<int32_t> prompt_of(const models::Tokenizer& tok, const std::string& 
   return ids;
 }
 
+// --peer-json's decode at depth: kDepthDecode plain steps after kDepth prompt tokens
+// (llama-bench -d 4096 -n 64 measures the same).
+constexpr size_t kDepth = 4096;
+constexpr int kDepthDecode = 64;
+
 struct Figures {
   double prefill64 = 0, prefill512 = 0, decode = 0, ttft512 = 0;
 };
@@ -377,6 +382,15 @@ int main(int argc, char** argv) {
   models::Gemma3Options mo{.max_context = context, .prefill_chunk = static_cast<uint32_t>(a.chunk)};
 
   if (a.peer_json) {
+    Decode deep;
+    {
+      // Decode after kDepth positions, on a model whose context holds them (the prompt
+      // text repeated, as prompt_of does, so both sides see the same ids).
+      models::Gemma3Options deep_mo = mo;
+      deep_mo.max_context = kDepth + kDepthDecode + 1;
+      auto model = or_die(models::Gemma3Model::load_sim(file, cores, deep_mo), "load");
+      deep = decode_run(*model, prompt_of(tok, text.str(), kDepth), kDepthDecode, 0);
+    }
     auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
     const Figures f = measure(*sim, p64, p512, a.tokens);
     const Decode prose = decode_run(*sim, p64, a.tokens, a.speculate);
@@ -386,10 +400,10 @@ int main(int argc, char** argv) {
         "{\"prefill_64_tokens_per_s\": %.3f, \"prefill_512_tokens_per_s\": %.3f, \"decode_128_tokens_per_s\": %.3f, "
         "\"decode_128_speculative_tokens_per_s\": %.3f, \"repeat_128_tokens_per_s\": %.3f, "
         "\"repeat_128_speculative_tokens_per_s\": %.3f, \"repeat_tokens_per_pass\": %.3f, "
-        "\"prose_tokens_per_pass\": %.3f, \"speculate\": %d, "
+        "\"prose_tokens_per_pass\": %.3f, \"speculate\": %d, \"decode_64_at_4096_tokens_per_s\": %.3f, "
         "\"ttft_512_s\": %.4f, \"host_threads\": %u, \"prefill_chunk\": %d, \"cores\": %d}\n",
         f.prefill64, f.prefill512, f.decode, prose.tokens_per_s, rep_plain.tokens_per_s, rep.tokens_per_s,
-        rep.stats.tokens_per_pass(), prose.stats.tokens_per_pass(), a.speculate, f.ttft512,
+        rep.stats.tokens_per_pass(), prose.stats.tokens_per_pass(), a.speculate, deep.tokens_per_s, f.ttft512,
         std::thread::hardware_concurrency(), a.chunk, a.cores);
     return 0;
   }
@@ -453,7 +467,8 @@ int main(int argc, char** argv) {
               fma_peak);
   std::printf("  compute floor                  %10.1f tokens/s\n", compute_floor);
   std::printf("  prefill 512 / compute floor    %10.2f\n", median(p512_tps) / compute_floor);
-  std::printf("  weights read per decode token  %10.1f MB, %zu launches\n", bytes / 1e6, model.launches_per_step());
+  std::printf("  weights read per decode token  %10.1f MB, %zu launches, %zu barriers\n", bytes / 1e6,
+              model.launches_per_step(), model.barriers_per_step());
   std::printf("  decode (%d tokens)             %10.1f tokens/s\n", a.tokens, decode);
   std::printf("  DRAM read (4 streams/thread)   %10.1f GB/s\n", median(read_gbs));
   std::printf("  bandwidth floor                %10.1f tokens/s\n", floor_tps);

@@ -13,6 +13,9 @@ token ids:
                     speculation, drafts verified in one pass over the weights)
   repeating 128     the same after bench/repeat_prompt.txt, whose greedy continuation
                     repeats (a list), plain and (npurt) speculative
+  decode at 4096    64 greedy tokens, one per step, after 4096 prompt tokens (the
+                    prompt's tokens after BOS repeated to that length): attention
+                    then reads 4096 cached positions in the global layers
 
 The prompt is the text of bench/peer_prompt.txt with trailing whitespace removed,
 tokenized with BOS (no other special tokens) and cut to exactly N tokens. The text is
@@ -42,6 +45,8 @@ import llama_cpp
 PREFILL_SIZES = (64, 512)
 DECODE_PROMPT = 64
 DECODE_STEPS = 128
+DEPTH = 4096
+DEPTH_STEPS = 64
 
 # (figure, the npurt JSON key, the row label, the llama.cpp figure it is set against:
 # llama.cpp always decodes one token per step)
@@ -52,6 +57,7 @@ FIGURES = (
     ("decode_128_spec", "decode_128_speculative_tokens_per_s", "  speculative", "decode_128"),
     ("repeat_128", "repeat_128_tokens_per_s", "repeating list 128", "repeat_128"),
     ("repeat_128_spec", "repeat_128_speculative_tokens_per_s", "  speculative", "repeat_128"),
+    ("decode_64_at_4096", "decode_64_at_4096_tokens_per_s", "decode 64 at 4096", "decode_64_at_4096"),
 )
 NPURT_KEYS = tuple(key for _, key, _, _ in FIGURES) + (
     "host_threads", "prefill_chunk", "cores", "speculate", "repeat_tokens_per_pass", "prose_tokens_per_pass")
@@ -114,16 +120,19 @@ def run_npurt(args):
 
 class LlamaSide:
     def __init__(self, model, threads, prompt_text, repeat_text):
-        self.llm = llama_cpp.Llama(
-            model_path=model,
-            n_ctx=1024,  # >= 512 for the long prefill and 64 + 128 for decode
-            n_batch=512,
-            n_ubatch=512,
-            n_threads=threads,
-            n_threads_batch=threads,
-            logits_all=False,
-            verbose=False,
-        )
+        def context(n_ctx):
+            return llama_cpp.Llama(
+                model_path=model,
+                n_ctx=n_ctx,
+                n_batch=512,
+                n_ubatch=512,
+                n_threads=threads,
+                n_threads_batch=threads,
+                logits_all=False,
+                verbose=False,
+            )
+        self.llm = context(1024)  # >= 512 for the long prefill and 64 + 128 for decode
+        self.deep_llm = context(DEPTH + DEPTH_STEPS + 64)
         self.n_vocab = self.llm.n_vocab()
         tokens = self.llm.tokenize(prompt_text.encode("utf-8"), add_bos=True, special=False)
         bos = self.llm.token_bos()
@@ -133,6 +142,11 @@ class LlamaSide:
         if len(tokens) < need:
             fail(f"the prompt gives {len(tokens)} tokens, fewer than {need}")
         self.tokens = tokens
+        # As npurt's prompt_of: the ids after BOS repeated to DEPTH.
+        self.deep = list(tokens)
+        while len(self.deep) < DEPTH:
+            self.deep += tokens[1:]
+        self.deep = self.deep[:DEPTH]
         self.repeat = self.llm.tokenize(repeat_text.encode("utf-8"), add_bos=True, special=False)
         if not self.repeat or self.repeat[0] != bos:
             self.repeat = [bos] + self.repeat
@@ -141,10 +155,11 @@ class LlamaSide:
         for n in PREFILL_SIZES:
             self.prefill(n)
         self.decode()
+        self.decode(self.deep[:DECODE_PROMPT], 1, self.deep_llm)
 
-    def last_argmax(self):
+    def last_argmax(self, llm):
         logits = np.ctypeslib.as_array(
-            llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.n_vocab,))
+            llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(self.n_vocab,))
         return int(np.argmax(logits))
 
     def prefill(self, n):
@@ -153,23 +168,25 @@ class LlamaSide:
         self.llm.eval(self.tokens[:n])
         return n / (time.perf_counter() - start)
 
-    def decode(self, prompt=None):
+    def decode(self, prompt=None, steps=DECODE_STEPS, llm=None):
         """Greedy steps after `prompt` (the decode prompt); tokens/s and the generated ids."""
-        self.llm.reset()
-        self.llm.eval(self.tokens[:DECODE_PROMPT] if prompt is None else prompt)
+        llm = llm or self.llm
+        llm.reset()
+        llm.eval(self.tokens[:DECODE_PROMPT] if prompt is None else prompt)
         generated = []
         start = time.perf_counter()
-        for _ in range(DECODE_STEPS):
-            tok = self.last_argmax()
+        for _ in range(steps):
+            tok = self.last_argmax(llm)
             generated.append(tok)
-            self.llm.eval([tok])
-        return DECODE_STEPS / (time.perf_counter() - start), generated
+            llm.eval([tok])
+        return steps / (time.perf_counter() - start), generated
 
     def measure(self):
         """One repetition: the figures, and the greedy ids of its decode."""
         sample = {f"prefill_{n}": self.prefill(n) for n in PREFILL_SIZES}
         sample["decode_128"], generated = self.decode()
         sample["repeat_128"], _ = self.decode(self.repeat)
+        sample["decode_64_at_4096"], _ = self.decode(self.deep, DEPTH_STEPS, self.deep_llm)
         return sample, generated
 
 

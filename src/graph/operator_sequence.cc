@@ -8,6 +8,7 @@
 #include "npurt/base/math.h"
 #include "npurt/isa/builder.h"
 #include "npurt/isa/numeric.h"
+#include "npurt/isa/verifier.h"
 
 namespace npurt::graph {
 
@@ -374,13 +375,51 @@ std::vector<std::pair<size_t, size_t>> fused_segments(const std::vector<Sequence
   return segments;
 }
 
-// Code of one fused step: runs on blocks [0, grid) of the launch, with registers
-// cleared as at a block's start, then waits for every block.
-Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, uint32_t* grid) {
+// The bytes one step reads and writes, as views of the sequence's buffers.
+struct StepAccess {
+  std::vector<View> reads, writes;
+};
+
+bool any_overlap(const std::vector<View>& a, const std::vector<View>& b) {
+  for (const View& x : a) {
+    for (const View& y : b) {
+      if (x.overlaps(y)) return true;
+    }
+  }
+  return false;
+}
+
+// barrier_after[i]: whether every block must finish steps up to i before any block
+// starts step i + 1, because step i + 1 reads bytes that a step since the last
+// barrier writes, or writes bytes that one reads or writes. Independent steps (a
+// layer's q, k and v GEMVs) share a phase. A segment's last step needs none: its
+// launch ends when every block has exited.
+std::vector<bool> plan_barriers(const std::vector<StepAccess>& steps) {
+  std::vector<bool> barrier_after(steps.size(), false);
+  StepAccess since;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    since.reads.insert(since.reads.end(), steps[i].reads.begin(), steps[i].reads.end());
+    since.writes.insert(since.writes.end(), steps[i].writes.begin(), steps[i].writes.end());
+    const StepAccess& next = steps[i + 1];
+    if (!any_overlap(next.reads, since.writes) && !any_overlap(next.writes, since.reads) &&
+        !any_overlap(next.writes, since.writes)) {
+      continue;
+    }
+    barrier_after[i] = true;
+    since = {};
+  }
+  return barrier_after;
+}
+
+// Code of one fused step: runs on blocks [0, grid) of the launch, with the registers
+// it reads before writing cleared as at a block's start, then, if `barrier`, waits
+// for every block.
+Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, bool barrier,
+                       uint32_t* grid) {
   const isa::Reg gate{0}, limit{1};
   // The gate needs the step's grid before its code: an operator's grid is a function
   // of its parameters and the target alone, so a first emission into a scratch
-  // builder tells it.
+  // builder tells it, and which registers that code reads first.
   isa::KernelBuilder probe("probe");
   ops::EmitContext probe_ctx{probe, ctx.target, ctx.signature, {}};
   for (const isa::ArgSpec& a : ctx.signature) {
@@ -393,11 +432,20 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   b.alui(isa::AluOp::kMin, gate, gate, 1);
   b.alui(isa::AluOp::kMax, gate, gate, 0);     // 1 on the step's blocks, else 0
   b.loop_begin(gate);
-  for (uint8_t r = 0; r < isa::kNumScalarRegs; ++r) b.li(isa::Reg{r}, 0);
+  // Clearing only what the code reads first keeps a token's instruction count (and
+  // the cores' instruction fetch) to the operators' own work: most read none.
+  const uint32_t read_first = isa::registers_read_first(probe.code());
+  for (uint8_t r = 0; r < isa::kNumScalarRegs; ++r) {
+    if (read_first >> r & 1) b.li(isa::Reg{r}, 0);
+  }
+  const uint32_t start = b.num_insns();
   NPURT_ASSIGN_OR_RETURN(uint32_t again, op.emit(ctx));
   if (again != *grid) return internal_error(op.name() + ": grid changed between emissions");
+  if ((isa::registers_read_first(b.code().subspan(start)) & ~read_first) != 0) {
+    return internal_error(op.name() + ": registers read first changed between emissions");
+  }
   b.loop_end();
-  b.barrier();
+  if (barrier) b.barrier();
   return Status();
 }
 
@@ -493,13 +541,27 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
       for (const auto& a : args) {
         arg_index.push_back(a.scalar ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
       }
+      std::vector<StepAccess> access;
+      for (size_t i = first; i < last; ++i) {
+        const auto sig = steps_[i].op->signature();
+        StepAccess& a = access.emplace_back();
+        for (size_t j = 0; j < sig.size(); ++j) {
+          if (sig[j].is_scalar()) continue;
+          NPURT_ASSIGN_OR_RETURN(View v, seq->resolve(steps_[i].bindings[j]));
+          if (sig[j].access != Access::kOut) a.reads.push_back(v);
+          if (sig[j].access != Access::kIn) a.writes.push_back(v);
+        }
+      }
+      std::vector<bool> barrier_after = plan_barriers(access);
+      if (!options.plan_barriers) barrier_after.assign(barrier_after.size(), false);
       uint32_t grid = 1;
       for (size_t i = first; i < last; ++i) {
         const SequenceStep& st = steps_[i];
         ops::EmitContext ctx{b, target, st.op->signature(), {}};
         for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
         uint32_t step_grid = 0;
-        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, &step_grid).with_context(step_label(i, *st.op)));
+        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, barrier_after[i - first], &step_grid)
+                                  .with_context(step_label(i, *st.op)));
         if (step_grid > target.cores) {
           return step_error(i, *st.op, "needs " + std::to_string(step_grid) + " blocks; a fused sequence runs on " +
                                            std::to_string(target.cores) + " cores at most");
@@ -598,6 +660,18 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
 size_t CompiledSequence::launches_per_call() const {
   return static_cast<size_t>(
       std::count_if(kernels_.begin(), kernels_.end(), [](const CompiledKernel& k) { return !k.command; }));
+}
+
+size_t CompiledSequence::barriers_per_call() const {
+  size_t n = 0;
+  for (const CompiledKernel& k : kernels_) {
+    if (!k.image) continue;
+    const std::span<const isa::Insn> code = k.image->code();
+    n += static_cast<size_t>(std::count_if(code.begin(), code.end(), [](const isa::Insn& i) {
+      return static_cast<isa::Opcode>(i.op) == isa::Opcode::kBarrier;
+    }));
+  }
+  return n;
 }
 
 // One use of the sequence's stream pool: reused while nothing was published, fresh

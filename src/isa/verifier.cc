@@ -320,6 +320,41 @@ const char* insn_structure_error(const Insn& insn, uint32_t num_insns) {
   return check_insn_structure(insn, num_insns).what;
 }
 
+RegisterUse register_use(const Insn& insn) {
+  const OpSpec* spec = op_spec(insn.op);
+  if (spec == nullptr) return {};
+  // Every opcode with a scalar register in operand a, except LOOP (its count), writes it.
+  const bool writes_a = spec->opd[0] == Opd::kReg && static_cast<Opcode>(insn.op) != Opcode::kLoop;
+  const std::array<uint8_t, 5> operands = {insn.a, insn.b, insn.c, insn.d, insn.e};
+  RegisterUse use;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const Opd kind = spec->opd[i];
+    if ((kind != Opd::kReg && kind != Opd::kOptReg) || operands[i] >= kNumScalarRegs) continue;
+    uint32_t& mask = i == 0 && writes_a ? use.writes : use.reads;
+    mask |= 1u << operands[i];
+  }
+  return use;
+}
+
+uint32_t registers_read_first(std::span<const Insn> code) {
+  // written[d]: registers surely written at loop depth d (0: outside every loop).
+  std::array<uint32_t, kMaxLoopDepth + 1> written{};
+  size_t depth = 0;
+  uint32_t read_first = 0;
+  for (const Insn& insn : code) {
+    const RegisterUse use = register_use(insn);
+    read_first |= use.reads & ~written[depth];
+    written[depth] |= use.writes;
+    if (static_cast<Opcode>(insn.op) == Opcode::kLoop && depth < kMaxLoopDepth) {
+      ++depth;
+      written[depth] = written[depth - 1];
+    } else if (static_cast<Opcode>(insn.op) == Opcode::kEndLoop && depth > 0) {
+      --depth;  // the body's writes may not have happened
+    }
+  }
+  return read_first;
+}
+
 // ---------------------------------------------------------------------------
 // Whole-image verification
 

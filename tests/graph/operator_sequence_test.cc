@@ -50,10 +50,11 @@ T value_or_die(StatusOr<T> v) {
 // test (the naive one shows the stale-data tests can fail).
 class Rig {
  public:
-  explicit Rig(MemoryOptions mo = {}, bool sanitize = false) {
+  explicit Rig(MemoryOptions mo = {}, bool sanitize = false, uint32_t host_threads = 0) {
     hal::SimOptions o;
     o.global_memory_bytes = 256ull << 20;
     o.sanitize = sanitize;
+    o.host_threads = host_threads;
     runtime = value_or_die(Runtime::create_sim(o, {.memory = mo}));
     dev = runtime->shared_device();
     memory = &runtime->memory();
@@ -290,6 +291,125 @@ TEST(OperatorSequence, RunsThroughTheWorker) {
     ASSERT_OK(swiglu_sequence(Dispatch::kFused).run_reference(ref));
     EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-3) << "call " << call;
   }
+}
+
+// ---- registers between fused steps ----------------------------------------------
+
+// A step that stores r7 + 1 into 16 floats of y: it reads r7 before writing it, so it
+// relies on a block's registers starting at zero (or on the fused code clearing them).
+class ReadsRegisterFirst : public ops::Operator {
+ public:
+  explicit ReadsRegisterFirst(int64_t set_to) : set_to_(set_to) {}
+  std::string name() const override { return set_to_ < 0 ? "reads_r7_first" : "sets_r7"; }
+  Status validate() const override { return Status(); }
+  std::vector<isa::ArgSpec> signature() const override {
+    return {isa::ArgSpec::buffer("y", isa::Access::kOut, DType::kF32, 16)};
+  }
+  StatusOr<uint32_t> emit(ops::EmitContext& ctx) const override {
+    isa::KernelBuilder& b = ctx.builder;
+    const isa::Reg r7{7}, value{8}, offset{9};
+    if (set_to_ >= 0) {
+      b.li(r7, set_to_);  // leaves r7 set for the next step's code
+    } else {
+      b.alui(isa::AluOp::kAdd, r7, r7, 1);
+    }
+    b.i2f(value, r7);
+    b.tdef(isa::Tile{0}, DType::kF32, 1, 16, 0);
+    b.tfill(isa::Tile{0}, value);
+    b.li(offset, 0);
+    b.tst(isa::Tile{0}, ctx.arg("y"), offset, DType::kF32);
+    return 1u;
+  }
+
+ protected:
+  void compute_reference(std::span<const ops::HostArg> args) const override {
+    const float v = set_to_ < 0 ? 1.0f : static_cast<float>(set_to_);
+    ops::write_f32(args[0], DType::kF32, std::vector<float>(16, v));
+  }
+
+ private:
+  int64_t set_to_;
+};
+
+TEST(OperatorSequence, AFusedStepSeesZeroInTheRegistersItReadsFirst) {
+  auto sets = std::make_shared<ReadsRegisterFirst>(41);
+  auto reads = std::make_shared<ReadsRegisterFirst>(-1);
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig;
+    CompiledSequence& seq = rig.compile(
+        OperatorSequence("regs", {{sets, {"s"}}, {reads, {"y"}}}, {}, {"s", "y"}, {{"s", 16}, {"y", 16}}, d));
+    ASSERT_OK(seq.call());
+    const std::vector<float> s = as_f32(rig.read(seq, "s"), DType::kF32);
+    const std::vector<float> y = as_f32(rig.read(seq, "y"), DType::kF32);
+    EXPECT_EQ(s, std::vector<float>(16, 41.0f));
+    EXPECT_EQ(y, std::vector<float>(16, 1.0f)) << (d == Dispatch::kFused ? "fused" : "separate")
+                                               << ": the step read r7 as " << y[0] - 1;
+  }
+}
+
+// ---- barriers between fused steps ---------------------------------------------
+
+// Two GEMVs of the same x into q and k share a phase; the add of q and k waits for
+// both; the add is the launch's last step, so the kernel holds one barrier.
+OperatorSequence independent_gemvs(Dispatch d) {
+  auto gemv = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 512, .k = 640, .weight = DType::kQ8_0});
+  auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 512});
+  return OperatorSequence("qk", {{gemv, {"wq", "x", "q"}}, {gemv, {"wk", "x", "k"}}, {add, {"q", "k", "y"}}},
+                          {"wq", "wk", "x"}, {"y"},
+                          {{"wq", 512 * 640}, {"wk", 512 * 640}, {"x", 640}, {"q", 512}, {"k", 512}, {"y", 512}}, d);
+}
+
+TEST(OperatorSequence, FusedStepsThatTouchNoSharedBytesShareAPhase) {
+  std::vector<uint8_t> results[2];
+  HostBuffers host{{"wq", random_for(DType::kQ8_0, 512 * 640, 11)},
+                   {"wk", random_for(DType::kQ8_0, 512 * 640, 12)},
+                   {"x", random_for(DType::kF32, 640, 13)}};
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig;
+    CompiledSequence& seq = rig.compile(independent_gemvs(d));
+    if (d == Dispatch::kFused) {
+      EXPECT_EQ(seq.barriers_per_call(), 1u) << "q and k in one phase, then the add";
+    }
+    for (const char* n : {"wq", "wk", "x"}) rig.write_raw(seq, n, host[n]);
+    ASSERT_OK(seq.call());
+    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "y");
+  }
+  EXPECT_EQ(results[0], results[1]);
+  HostBuffers ref = host;
+  ASSERT_OK(independent_gemvs(Dispatch::kFused).run_reference(ref));
+  EXPECT_LT(rel_l2(as_f32(results[0], DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-5);
+}
+
+// A GEMV on 8 blocks, then a norm on block 0 of all its rows. With the planned
+// barrier the norm waits for every block; without (the WRONG test-only policy) block
+// 0 runs it right after its own rows, and reads rows blocks 1..7 have not written:
+// the sanitizer reports the read of never-written memory. One host thread runs the
+// cores in order, so the outcome does not depend on thread timing.
+Status gemv_then_norm(bool plan_barriers, double* rel) {
+  auto gemv = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 512, .k = 640, .weight = DType::kQ8_0});
+  auto norm = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 512});
+  const OperatorSequence s("gn", {{gemv, {"w", "x", "y"}}, {norm, {"y", "g", "z"}}}, {"w", "x", "g"}, {"z"},
+                           {{"w", 512 * 640}, {"x", 640}, {"y", 512}, {"g", 512}, {"z", 512}});
+  Rig rig({}, /*sanitize=*/true, /*host_threads=*/1);
+  CompiledSequence& seq = rig.compile(s, {.plan_barriers = plan_barriers});
+  HostBuffers host{{"w", random_for(DType::kQ8_0, 512 * 640, 21)},
+                   {"x", random_for(DType::kF32, 640, 22)},
+                   {"g", random_for(DType::kF32, 512, 23)}};
+  for (const char* n : {"w", "x", "g"}) rig.write_raw(seq, n, host[n]);
+  NPURT_RETURN_IF_ERROR(seq.call());
+  HostBuffers ref = host;
+  NPURT_RETURN_IF_ERROR(s.run_reference(ref));
+  *rel = rel_l2(as_f32(rig.read(seq, "z"), DType::kF32), as_f32(ref["z"], DType::kF32));
+  return Status();
+}
+
+TEST(OperatorSequence, AStepThatReadsAnotherBlocksRowsWaitsForThem) {
+  double rel = 1;
+  ASSERT_OK(gemv_then_norm(/*plan_barriers=*/true, &rel));
+  EXPECT_LT(rel, 1e-5);
+  const Status naive = gemv_then_norm(/*plan_barriers=*/false, &rel);
+  EXPECT_EQ(naive.code(), StatusCode::kHazard) << naive.to_string();
+  EXPECT_NE(naive.message().find("never-written"), std::string::npos) << naive.to_string();
 }
 
 // ---- stale instructions --------------------------------------------------------

@@ -706,5 +706,77 @@ TEST(VerifierMutation, HeaderBytesMatter) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Register use
+
+constexpr uint32_t bit(int r) { return 1u << r; }
+
+TEST(RegisterUse, NamesTheRegistersEachInstructionReadsAndWrites) {
+  KernelBuilder b("k");
+  const uint8_t w = b.arg_buffer("w", Access::kIn, DType::kQ8_0);
+  b.li(Reg{3}, 7);
+  b.alu(AluOp::kAdd, Reg{4}, Reg{5}, Reg{6});
+  b.alui(AluOp::kMul, Reg{7}, Reg{7}, 2);
+  b.special(Reg{8}, Special::kBlockId);
+  b.tget(Reg{9}, Tile{1}, Reg{10});
+  b.loop_begin(Reg{11});
+  b.loop_end();
+  b.tdef(Tile{1}, DType::kF32, Reg{12}, 64, 0);
+  b.tmv(Tile{2}, w, Reg{13}, Reg{14}, Tile{1}, DType::kQ8_0);
+  b.tfill(Tile{2}, Reg{15});
+  b.barrier();
+  const std::span<const Insn> code = b.code();
+  ASSERT_EQ(code.size(), 11u);
+  const auto use = [&](size_t i) { return register_use(code[i]); };
+  EXPECT_EQ(use(0).writes, bit(3));
+  EXPECT_EQ(use(0).reads, 0u);
+  EXPECT_EQ(use(1).writes, bit(4));
+  EXPECT_EQ(use(1).reads, bit(5) | bit(6));
+  EXPECT_EQ(use(2).writes, bit(7));
+  EXPECT_EQ(use(2).reads, bit(7));
+  EXPECT_EQ(use(3).writes, bit(8));
+  EXPECT_EQ(use(4).writes, bit(9));
+  EXPECT_EQ(use(4).reads, bit(10));
+  EXPECT_EQ(use(5).reads, bit(11));  // LOOP reads its count, writes nothing
+  EXPECT_EQ(use(5).writes, 0u);
+  EXPECT_EQ(use(7).reads, bit(12));  // kNoReg operands are not registers
+  EXPECT_EQ(use(8).reads, bit(13) | bit(14));
+  EXPECT_EQ(use(9).reads, bit(15));
+  EXPECT_EQ(use(10).reads | use(10).writes, 0u);
+  EXPECT_EQ(register_use(Insn{.op = 0xEE}).reads, 0u);  // not an opcode
+}
+
+TEST(RegisterUse, ReadFirstFollowsStraightLineCode) {
+  KernelBuilder b("k");
+  b.li(Reg{1}, 5);
+  b.alu(AluOp::kAdd, Reg{2}, Reg{1}, Reg{3});  // r3 read first, r1 written before
+  b.mov(Reg{3}, Reg{2});                       // written now, but already read
+  b.alu(AluOp::kAdd, Reg{4}, Reg{4}, Reg{4});  // read and written by one instruction
+  EXPECT_EQ(registers_read_first(b.code()), bit(3) | bit(4));
+}
+
+TEST(RegisterUse, AWriteInsideALoopCountsOnlyInItsBody) {
+  KernelBuilder b("k");
+  b.li(Reg{0}, 3);
+  b.loop_begin(Reg{0});
+  b.alui(AluOp::kAdd, Reg{1}, Reg{2}, 1);  // r2 read before its write below: read first
+  b.li(Reg{2}, 1);
+  b.li(Reg{5}, 9);
+  b.mov(Reg{6}, Reg{5});  // written earlier in this body
+  b.loop_begin(Reg{0});
+  b.li(Reg{7}, 1);
+  b.loop_end();
+  b.mov(Reg{8}, Reg{7});  // the inner body may not have run
+  b.loop_end();
+  b.mov(Reg{9}, Reg{5});   // nor the outer one
+  b.mov(Reg{10}, Reg{0});  // written before the loops
+  EXPECT_EQ(registers_read_first(b.code()), bit(2) | bit(7) | bit(5));
+}
+
+TEST(RegisterUse, KernelsThatSetWhatTheyReadReadNothingFirst) {
+  EXPECT_EQ(registers_read_first(copy_kernel().code()), 0u);
+  EXPECT_EQ(registers_read_first(quant_matvec_kernel().code()), 0u);
+}
+
 }  // namespace
 }  // namespace npurt::isa

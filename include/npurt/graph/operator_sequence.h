@@ -86,6 +86,11 @@ struct CompileOptions {
   // core, so cores their first launch does not use may run stale instruction lines
   // of freed code at recycled addresses.
   bool prime_stream = true;
+  // false is WRONG, for tests only: fused steps get no barrier between them at all, so
+  // a step may read bytes other blocks have not written yet. (true: a barrier only
+  // where a step touches bytes a step since the last barrier writes, or writes bytes
+  // one reads.)
+  bool plan_barriers = true;
   // Buffers this sequence binds but does not own: name -> a view of another owner's
   // buffer in the same memory context (say, another sequence's weights and KV cache),
   // of exactly the bytes `buffer_sizes` gives the name. They get no arena space;
@@ -168,6 +173,9 @@ class CompiledSequence {
 
   Dispatch dispatch() const { return dispatch_; }
   size_t launches_per_call() const;
+  // BARRIER instructions a call's kernels hold: the phases every block waits between
+  // (fused steps that touch each other's bytes, and operators' own).
+  size_t barriers_per_call() const;
   const std::vector<BufferPlacement>& placements() const { return placements_; }
   // Arena sizes in bytes: input, output, scratch.
   uint64_t arena_bytes(BufferPlacement::Arena arena) const;

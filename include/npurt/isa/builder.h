@@ -137,6 +137,8 @@ class KernelBuilder {
   uint32_t emit(const Insn& insn);
   // Index the next instruction will get.
   uint32_t num_insns() const { return static_cast<uint32_t>(code_.size()); }
+  // The instructions emitted so far.
+  std::span<const Insn> code() const { return code_; }
 
   // Lays out the image and verifies it for a device with `max_local_bytes` of local
   // memory per core.

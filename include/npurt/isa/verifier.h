@@ -96,6 +96,20 @@ InsnIssue check_insn_structure(const Insn& insn, uint32_t num_insns);
 // structurally valid, else a static string describing the first problem.
 const char* insn_structure_error(const Insn& insn, uint32_t num_insns);
 
+// The scalar registers one instruction reads and writes, as masks (bit r: register r),
+// from the same operand rules as check_insn_structure. A structurally invalid
+// instruction uses none.
+struct RegisterUse {
+  uint32_t reads = 0;
+  uint32_t writes = 0;
+};
+RegisterUse register_use(const Insn& insn);
+
+// The registers that some run of `code` (structurally valid, loops balanced) may read
+// before writing them: the ones whose value on entry matters. A write inside a loop
+// counts for the rest of that body only, since the body may run zero times.
+uint32_t registers_read_first(std::span<const Insn> code);
+
 // Verifies a complete image (bytes.size() must equal header.total_bytes) for a
 // device whose cores have `max_local_bytes` of local memory.
 Status verify_image(std::span<const uint8_t> bytes, uint32_t max_local_bytes);

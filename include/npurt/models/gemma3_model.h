@@ -143,6 +143,8 @@ class Gemma3Model final : public TokenModel {
   // tied LM head once more); with several devices in this process, the largest.
   uint64_t weight_bytes_per_step() const;
   size_t launches_per_step() const { return parts_[0].seq->launches_per_call(); }
+  // Barrier phases its blocks wait between, over all of a decode step's launches.
+  size_t barriers_per_step() const { return parts_[0].seq->barriers_per_call(); }
   // This process's first device's sequences.
   const graph::CompiledSequence& sequence() const { return *parts_[0].seq; }
   // The prefill chunk's sequence; nullptr when compiled without one.

@@ -123,6 +123,7 @@ ICache::Line& ICache::fetch_line(uint64_t line_addr, const GlobalMemory& gm, boo
   return l;
 }
 
+
 // ---------------------------------------------------------------- core
 
 Core::Core(uint32_t id, uint32_t local_bytes, uint32_t icache_sets, uint32_t icache_ways,
@@ -246,8 +247,11 @@ struct Core::Exec {
     return true;
   }
 
-  bool check_initialized(uint64_t addr, uint64_t n, uint8_t arg_index) {
-    if (!L.sanitize) return true;
+  // Inline, for the per-row calls of loads: without the sanitizer it is one test.
+  [[gnu::always_inline]] bool check_initialized(uint64_t addr, uint64_t n, uint8_t arg_index) {
+    return !L.sanitize || report_uninitialized(addr, n, arg_index);
+  }
+  bool report_uninitialized(uint64_t addr, uint64_t n, uint8_t arg_index) {
     auto bad = L.gm->first_uninitialized(addr, n);
     if (!bad) return true;
     ++stats.uninit_read_hazards;
@@ -771,7 +775,6 @@ bool Core::Exec::exec_loop(uint32_t* next_pc) {
 
 BlockResult Core::Exec::run() {
   const uint32_t line_bytes = core.icache_.line_bytes();
-  const uint32_t per_line = line_bytes / static_cast<uint32_t>(isa::kInsnBytes);
   ICache::Line* line = nullptr;
   uint64_t line_addr = 0;
   pc = b.pc;
@@ -797,7 +800,7 @@ BlockResult Core::Exec::run() {
     } else {
       ++stats.icache_hits;
     }
-    const uint32_t slot = static_cast<uint32_t>((addr - line_addr) / isa::kInsnBytes) % per_line;
+    const uint32_t slot = static_cast<uint32_t>((addr - line_addr) / isa::kInsnBytes);
     in = &line->insns[slot];
     if (L.sanitize && std::memcmp(in, L.gm->ptr(addr), isa::kInsnBytes) != 0) {
       ++stats.stale_fetch_hazards;

@@ -393,6 +393,7 @@ struct PreparedX {
   std::vector<int8_t> digits;   // pieces x PieceBytes
   std::vector<float> unit_s;    // units x 16
   std::vector<float> min_sums;  // K types: blocks x 8
+  std::vector<float> source;    // the x these were prepared from (PrepareOnce)
 };
 
 // Fills px for x (k values); false if x has a value that is not finite.
@@ -433,6 +434,17 @@ inline bool Prepare(const Layout& t, const float* x, size_t k, PreparedX& px) {
       }
     }
   }
+  return true;
+}
+
+// Prepare, unless px holds the prepared form of these very k values already: the
+// blocks of one GEMV that a host thread runs in turn share x, and an equal x gives
+// equal digits, so all but the first skip the work.
+inline bool PrepareOnce(const Layout& t, const float* x, size_t k, PreparedX& px) {
+  if (px.source.size() == k && std::memcmp(px.source.data(), x, k * sizeof(float)) == 0) return true;
+  px.source.clear();
+  if (!Prepare(t, x, k, px)) return false;
+  px.source.assign(x, x + k);
   return true;
 }
 

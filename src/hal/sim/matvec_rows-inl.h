@@ -226,13 +226,14 @@ struct ManyVectors {
 template <class Q>
 NPURT_MV_ATTR void MatVecQ(const uint8_t* base, isa::DType type, size_t stride, size_t rows, const float* x, size_t k,
                            size_t batch, size_t x_pitch, float* y, size_t y_pitch, bool accumulate) {
-  // Per thread, so that steady-state calls reuse the buffers.
+  // Per thread and type, so that steady-state calls reuse the buffers (and, through
+  // PrepareOnce, the prepared x of the previous block of the same GEMV).
   thread_local PreparedX prepared[isa::kMaxTmvBatch];
   const PreparedX* kept[isa::kMaxTmvBatch];
   float* ys[isa::kMaxTmvBatch];
   size_t n = 0;
   for (size_t t = 0; t < batch; ++t) {
-    if (!Prepare(Q::kLayout, x + t * x_pitch, k, prepared[t])) {
+    if (!PrepareOnce(Q::kLayout, x + t * x_pitch, k, prepared[t])) {
       MatVecReference(base, type, stride, rows, x + t * x_pitch, k, y + t * y_pitch, accumulate, false);
       continue;
     }
