@@ -433,7 +433,8 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   b.alui(isa::AluOp::kMax, gate, gate, 0);     // 1 on the step's blocks, else 0
   b.loop_begin(gate);
   // Clearing only what the code reads first keeps a token's instruction count (and
-  // the cores' instruction fetch) to the operators' own work: most read none.
+  // the cores' instruction fetch) to the operators' own work: operators set what they
+  // read, and the library's clear nothing here.
   const uint32_t read_first = isa::registers_read_first(probe.code());
   for (uint8_t r = 0; r < isa::kNumScalarRegs; ++r) {
     if (read_first >> r & 1) b.li(isa::Reg{r}, 0);
