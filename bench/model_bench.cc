@@ -382,15 +382,17 @@ int main(int argc, char** argv) {
   models::Gemma3Options mo{.max_context = context, .prefill_chunk = static_cast<uint32_t>(a.chunk)};
 
   if (a.peer_json) {
-    Decode deep;
-    {
-      // Decode after kDepth positions, on a model whose context holds them (the prompt
-      // text repeated, as prompt_of does, so both sides see the same ids).
+    // Decode after kDepth positions, on a model whose context holds them (the prompt
+    // text repeated, as prompt_of does, so both sides see the same ids): with the f32
+    // cache, and with an f16 one as llama.cpp keeps by default.
+    auto decode_deep = [&](isa::DType kv) {
       models::Gemma3Options deep_mo = mo;
       deep_mo.max_context = kDepth + kDepthDecode + 1;
+      deep_mo.kv_cache = kv;
       auto model = or_die(models::Gemma3Model::load_sim(file, cores, deep_mo), "load");
-      deep = decode_run(*model, prompt_of(tok, text.str(), kDepth), kDepthDecode, 0);
-    }
+      return decode_run(*model, prompt_of(tok, text.str(), kDepth), kDepthDecode, 0);
+    };
+    const Decode deep = decode_deep(isa::DType::kF32), deep_f16 = decode_deep(isa::DType::kF16);
     auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
     const Figures f = measure(*sim, p64, p512, a.tokens);
     const Decode prose = decode_run(*sim, p64, a.tokens, a.speculate);
@@ -401,9 +403,11 @@ int main(int argc, char** argv) {
         "\"decode_128_speculative_tokens_per_s\": %.3f, \"repeat_128_tokens_per_s\": %.3f, "
         "\"repeat_128_speculative_tokens_per_s\": %.3f, \"repeat_tokens_per_pass\": %.3f, "
         "\"prose_tokens_per_pass\": %.3f, \"speculate\": %d, \"decode_64_at_4096_tokens_per_s\": %.3f, "
+        "\"decode_64_at_4096_f16_kv_tokens_per_s\": %.3f, "
         "\"ttft_512_s\": %.4f, \"host_threads\": %u, \"prefill_chunk\": %d, \"cores\": %d}\n",
         f.prefill64, f.prefill512, f.decode, prose.tokens_per_s, rep_plain.tokens_per_s, rep.tokens_per_s,
-        rep.stats.tokens_per_pass(), prose.stats.tokens_per_pass(), a.speculate, deep.tokens_per_s, f.ttft512,
+        rep.stats.tokens_per_pass(), prose.stats.tokens_per_pass(), a.speculate, deep.tokens_per_s,
+        deep_f16.tokens_per_s, f.ttft512,
         std::thread::hardware_concurrency(), a.chunk, a.cores);
     return 0;
   }

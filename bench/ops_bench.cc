@@ -211,6 +211,21 @@ void BM_LatencyAttention512(benchmark::State& s) {
                                    .scale = 1.0f}),
           {{"len", 512}});
 }
+// Gemma's attention with the positions split over the cores (what the model runs), and
+// a global layer at 4096 positions both ways: the split reads each cached byte once.
+ops::DecodeAttentionParams gemma_attention(uint32_t max_len, uint32_t window, bool split) {
+  return {.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .max_len = max_len, .window = window, .scale = 1.0f,
+          .split_positions = split};
+}
+void BM_LatencyAttention512Split(benchmark::State& s) {
+  latency(s, ops::DecodeAttention(gemma_attention(1024, 512, true)), {{"len", 512}});
+}
+void BM_LatencyAttention4096(benchmark::State& s) {
+  latency(s, ops::DecodeAttention(gemma_attention(4096, 0, false)), {{"len", 4096}});
+}
+void BM_LatencyAttention4096Split(benchmark::State& s) {
+  latency(s, ops::DecodeAttention(gemma_attention(4096, 0, true)), {{"len", 4096}});
+}
 void BM_LatencySoftmax4x512(benchmark::State& s) { latency(s, ops::Softmax({.rows = 4, .cols = 512})); }
 void BM_LatencyEmbeddingQ8_0(benchmark::State& s) {
   latency(s, ops::Embedding({.vocab = 262144, .dim = 640, .dtype = DType::kQ8_0, .scale = 25.298222f}), {{"token", 1234}});
@@ -224,6 +239,9 @@ BENCHMARK(BM_LatencyGemvQ5_0_2048x640)->UseRealTime();
 BENCHMARK(BM_LatencyAdd640)->UseRealTime();
 BENCHMARK(BM_LatencyRope4x256)->UseRealTime();
 BENCHMARK(BM_LatencyAttention512)->UseRealTime();
+BENCHMARK(BM_LatencyAttention512Split)->UseRealTime();
+BENCHMARK(BM_LatencyAttention4096)->UseRealTime();
+BENCHMARK(BM_LatencyAttention4096Split)->UseRealTime();
 BENCHMARK(BM_LatencySoftmax4x512)->UseRealTime();
 BENCHMARK(BM_LatencyEmbeddingQ8_0)->UseRealTime();
 BENCHMARK(BM_LatencyArgmax262144)->UseRealTime();

@@ -15,7 +15,8 @@ token ids:
                     repeats (a list), plain and (npurt) speculative
   decode at 4096    64 greedy tokens, one per step, after 4096 prompt tokens (the
                     prompt's tokens after BOS repeated to that length): attention
-                    then reads 4096 cached positions in the global layers
+                    then reads 4096 cached positions in the global layers; npurt
+                    with its f32 KV cache and with an f16 one (llama.cpp's default)
 
 The prompt is the text of bench/peer_prompt.txt with trailing whitespace removed,
 tokenized with BOS (no other special tokens) and cut to exactly N tokens. The text is
@@ -58,6 +59,7 @@ FIGURES = (
     ("repeat_128", "repeat_128_tokens_per_s", "repeating list 128", "repeat_128"),
     ("repeat_128_spec", "repeat_128_speculative_tokens_per_s", "  speculative", "repeat_128"),
     ("decode_64_at_4096", "decode_64_at_4096_tokens_per_s", "decode 64 at 4096", "decode_64_at_4096"),
+    ("decode_64_at_4096_f16", "decode_64_at_4096_f16_kv_tokens_per_s", "  f16 KV cache", "decode_64_at_4096"),
 )
 NPURT_KEYS = tuple(key for _, key, _, _ in FIGURES) + (
     "host_threads", "prefill_chunk", "cores", "speculate", "repeat_tokens_per_pass", "prose_tokens_per_pass")

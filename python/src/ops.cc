@@ -366,16 +366,17 @@ void bind_ops(nb::module_& m) {
       .def(
           "__init__",
           [](PyDecodeAttention* self, uint32_t n_heads, uint32_t n_kv_heads, uint32_t head_dim, uint32_t max_len,
-             uint32_t window, float scale, nb::handle kv_dtype, uint32_t tile_t, uint32_t cores) {
+             uint32_t window, float scale, nb::handle kv_dtype, uint32_t tile_t, uint32_t cores,
+             bool split_positions) {
             init_op<ops::DecodeAttention>(self, ops::DecodeAttentionParams{.n_heads = n_heads,
                 .n_kv_heads = n_kv_heads, .head_dim = head_dim, .max_len = max_len, .window = window, .scale = scale,
-                .kv_dtype = dt(kv_dtype), .tile_t = tile_t, .cores = cores});
+                .kv_dtype = dt(kv_dtype), .tile_t = tile_t, .cores = cores, .split_positions = split_positions});
           },
           "n_heads"_a, "n_kv_heads"_a, "head_dim"_a, "max_len"_a, "window"_a = 0, "scale"_a = 0.0f,
-          "kv_dtype"_a = "f32", "tile_t"_a = 0, "cores"_a = 0,
+          "kv_dtype"_a = "f32", "tile_t"_a = 0, "cores"_a = 0, "split_positions"_a = false,
           nb::sig("def __init__(self, n_heads: int, n_kv_heads: int, head_dim: int, max_len: int, "
                   "window: int = 0, scale: float = 0.0, kv_dtype: object = 'f32', tile_t: int = 0, "
-                  "cores: int = 0) -> None"));
+                  "cores: int = 0, split_positions: bool = False) -> None"));
 
   nb::class_<PyEmbedding, PyOperator>(m, "Embedding", "One row of a vocab x dim table, scaled; runtime scalar `token`.")
       .def(

@@ -121,6 +121,7 @@ models::Gemma3Options model_options(const GenerateArgs& args, const Inputs& in) 
   models::Gemma3Options mo;
   mo.max_context = static_cast<uint32_t>(in.prompt.size()) + static_cast<uint32_t>(args.max_tokens);
   mo.prefill_chunk = args.prefill_chunk;
+  mo.kv_cache = args.kv_cache == "f16" ? isa::DType::kF16 : args.kv_cache == "bf16" ? isa::DType::kBF16 : isa::DType::kF32;
   // A verify step only when drafting: it is one more sequence to compile at load.
   mo.verify_tokens = speculation(args) > 0 ? static_cast<uint32_t>(speculation(args) + 1) : 0;
   return mo;

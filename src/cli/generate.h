@@ -15,6 +15,7 @@ struct GenerateArgs {
   std::string device = "sim";  // sim (the simulated NPU) or host (the f32 host oracle)
   uint32_t cores = 8;
   uint32_t prefill_chunk = models::Gemma3Options::kDefaultPrefillChunk;
+  std::string kv_cache = "f32";  // the KV cache's element type: f32, f16 or bf16
   int devices = 1;             // simulated NPUs in this process, the model split over them
   int tp = 0;                  // > 0: one device per MPI rank, tp ranks (run under mpirun)
   uint64_t device_memory = 0;  // MiB of global memory per device; 0: sized for its shard

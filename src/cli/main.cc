@@ -102,6 +102,11 @@ int main(int argc, char** argv) {
                        "prompt tokens per batched prefill call (0: token by token)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  generate->add_option("--kv-cache", gen.kv_cache,
+                       "the KV cache's element type: f32 (exact), or f16 / bf16 (half the bytes, keys and values "
+                       "rounded; on the simulated NPU)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
 
   CLI::Option* speculate =
       generate->add_option("--speculate", gen.speculate,

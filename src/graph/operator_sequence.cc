@@ -415,7 +415,7 @@ std::vector<bool> plan_barriers(const std::vector<StepAccess>& steps) {
 // it reads before writing cleared as at a block's start, then, if `barrier`, waits
 // for every block.
 Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, bool barrier,
-                       uint32_t* grid) {
+                       uint32_t* grid, bool* own_barrier) {
   const isa::Reg gate{0}, limit{1};
   // The gate needs the step's grid before its code: an operator's grid is a function
   // of its parameters and the target alone, so a first emission into a scratch
@@ -426,6 +426,9 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
     probe_ctx.args.push_back(a.is_scalar() ? probe.arg_scalar(a.name, a.dtype) : probe.arg_buffer(a.name, a.access, a.dtype));
   }
   NPURT_ASSIGN_OR_RETURN(*grid, op.emit(probe_ctx));
+  const std::span<const isa::Insn> probe_code = probe.code();
+  *own_barrier = std::any_of(probe_code.begin(), probe_code.end(),
+                             [](const isa::Insn& in) { return in.op == static_cast<uint8_t>(isa::Opcode::kBarrier); });
   b.block_id(gate);
   b.li(limit, *grid);
   b.alu(isa::AluOp::kSub, gate, limit, gate);  // grid - block id
@@ -556,18 +559,28 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
       std::vector<bool> barrier_after = plan_barriers(access);
       if (!options.plan_barriers) barrier_after.assign(barrier_after.size(), false);
       uint32_t grid = 1;
+      std::vector<std::pair<size_t, uint32_t>> barrier_steps;  // steps with a barrier of their own, and their grid
       for (size_t i = first; i < last; ++i) {
         const SequenceStep& st = steps_[i];
         ops::EmitContext ctx{b, target, st.op->signature(), {}};
         for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
         uint32_t step_grid = 0;
-        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, barrier_after[i - first], &step_grid)
+        bool own_barrier = false;
+        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, barrier_after[i - first], &step_grid, &own_barrier)
                                   .with_context(step_label(i, *st.op)));
         if (step_grid > target.cores) {
           return step_error(i, *st.op, "needs " + std::to_string(step_grid) + " blocks; a fused sequence runs on " +
                                            std::to_string(target.cores) + " cores at most");
         }
+        if (own_barrier) barrier_steps.emplace_back(i, step_grid);
         grid = std::max(grid, step_grid);
+      }
+      // Blocks outside a step's grid skip its code: a barrier inside it would pair with
+      // some other barrier of theirs, so such a step must run on every block.
+      for (const auto& [i, step_grid] : barrier_steps) {
+        if (step_grid == grid) continue;
+        return step_error(i, *steps_[i].op, "has a grid barrier but runs on " + std::to_string(step_grid) +
+                                                " blocks of the launch's " + std::to_string(grid));
       }
       b.exit();
       StatusOr<isa::Image> image = b.build(target.local_bytes);

@@ -86,6 +86,12 @@ Status check_head_dims(const Gemma3Config& c) {
                           std::to_string(c.head_dim) + "; the attention operators need them equal");
 }
 
+// The cache types the attention operators read.
+Status check_kv_cache(const Gemma3Options& o) {
+  if (o.kv_cache == DType::kF32 || o.kv_cache == DType::kF16 || o.kv_cache == DType::kBF16) return Status();
+  return invalid_argument("gemma3: kv_cache " + std::string(isa::dtype_name(o.kv_cache)) + ": must be f32, f16 or bf16");
+}
+
 // A step's activations for `rows` tokens on one device (the prefill chunk names them
 // in capitals), its logits and its next token.
 void size_activations(StepList& s, const Gemma3Config& c, const Gemma3Shard& sh, uint64_t rows, bool capitals) {
@@ -186,8 +192,9 @@ void add_argmax(StepList& s, const Gemma3Shard& sh, const std::shared_ptr<comm::
 
 // The decode step's attention over this device's heads; with `queries` > 0, for that
 // many consecutive tokens (the "rows" scalar says how many a call runs).
-std::shared_ptr<ops::DecodeAttention> decode_attention(const Gemma3Config& c, const Gemma3Shard& sh, uint32_t ctx,
-                                                       bool global, uint32_t queries) {
+std::shared_ptr<ops::DecodeAttention> decode_attention(const Gemma3Config& c, const Gemma3Options& o,
+                                                       const Gemma3Shard& sh, uint32_t ctx, bool global,
+                                                       uint32_t queries) {
   return std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
       .n_heads = static_cast<uint32_t>(sh.q_heads),
       .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
@@ -195,13 +202,23 @@ std::shared_ptr<ops::DecodeAttention> decode_attention(const Gemma3Config& c, co
       .max_len = ctx,
       .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
       .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+      .kv_dtype = o.kv_cache,
       .queries = std::max<uint32_t>(queries, 1),
-      .queries_runtime = queries > 0});
+      .queries_runtime = queries > 0,
+      .split_positions = true});
+}
+
+// Binds "partials" of a split decode attention: `name`, sized for `op`, shared by
+// every layer (each layer's attention writes it before reading it).
+std::string bind_partials(StepList& s, const ops::DecodeAttention& op, const std::string& name) {
+  s.size(name, op.partials_elems());
+  return name;
 }
 
 StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
                                   const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
+  NPURT_RETURN_IF_ERROR(check_kv_cache(o));
   const uint32_t ctx = context_of(c, o);
   const uint64_t hidden = c.hidden, hd = c.head_dim;
   const uint64_t q_dim = sh.q_heads * hd, kv_dim = sh.kv_heads * hd, ffn = sh.ffn;
@@ -236,11 +253,13 @@ StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, c
   const auto rope_k = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(sh.kv_heads),
                                                                    .head_dim = static_cast<uint32_t>(hd)});
   const auto append = std::make_shared<ops::StridedCopy>(ops::StridedCopyParams{
-      .rows = 1, .cols = static_cast<uint32_t>(kv_dim), .dst_rows = ctx, .dst_row_runtime = true});
+      .rows = 1, .cols = static_cast<uint32_t>(kv_dim), .dst_rows = ctx, .dst_row_runtime = true,
+      .dst_dtype = o.kv_cache});
   const auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = hidden});
   const auto gelu_mul =
       std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kGeluTanhMul, .n = ffn});
-  const OpPtr attend_local = decode_attention(c, sh, ctx, false, 0), attend_global = decode_attention(c, sh, ctx, true, 0);
+  const auto attend_local = decode_attention(c, o, sh, ctx, false, 0), attend_global = decode_attention(c, o, sh, ctx, true, 0);
+  const std::string partials = bind_partials(s, *attend_global, "attn_partials");
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
     auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
@@ -257,7 +276,7 @@ StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, c
     s.add(rope_k, {"k", "k", "pos", lb.rope_base});
     s.add(append, {"k", lb.kc, "pos"});
     s.add(append, {"v", lb.vc, "pos"});
-    s.add(global ? attend_global : attend_local, {"q", lb.kc, lb.vc, "attn", "len"});
+    s.add(global ? attend_global : attend_local, {"q", lb.kc, lb.vc, "attn", "len", partials});
     NPURT_RETURN_IF_ERROR(matvec(t("attn_output"), hidden, q_dim, "attn", "a", cut.attn_out));
     sum_over_devices("a");
     s.add(norm_hidden, {"a", lb.post_attn, "a"});
@@ -290,6 +309,7 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
                                    const Gemma3Shard& sh, const std::shared_ptr<comm::Communicator>& comm,
                                    Batched kind) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
+  NPURT_RETURN_IF_ERROR(check_kv_cache(o));
   const bool verify = kind == Batched::kVerify;
   const uint32_t ctx = context_of(c, o);
   const uint32_t T = std::min(verify ? o.verify_tokens : o.prefill_chunk, ctx);
@@ -353,11 +373,12 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
                                                                                 .cols = static_cast<uint32_t>(kv_dim),
                                                                                 .dst_rows = ctx,
                                                                                 .dst_row_runtime = true,
-                                                                                .rows_runtime = true});
+                                                                                .rows_runtime = true,
+                                                                                .dst_dtype = o.kv_cache});
   const auto add = rowwise(ops::ElementwiseKind::kAdd, hidden);
   const auto gelu_mul = rowwise(ops::ElementwiseKind::kGeluTanhMul, ffn);
   auto attention = [&](bool global) -> OpPtr {
-    if (verify) return decode_attention(c, sh, ctx, global, T);
+    if (verify) return decode_attention(c, o, sh, ctx, global, T);
     return std::make_shared<ops::PrefillAttention>(ops::PrefillAttentionParams{
         .n_heads = static_cast<uint32_t>(sh.q_heads),
         .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
@@ -365,9 +386,12 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
         .max_len = ctx,
         .tokens = T,
         .window = global || o.prefill_ignores_window_for_test ? 0u : static_cast<uint32_t>(c.sliding_window),
-        .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+        .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+        .kv_dtype = o.kv_cache});
   };
   const OpPtr attend_local = attention(false), attend_global = attention(true);
+  std::vector<std::string> verify_partials;  // the split verify attention's workspace
+  if (verify) verify_partials = {bind_partials(s, *decode_attention(c, o, sh, ctx, true, T), "ATTN_PARTIALS")};
 
   for (int32_t l = 0; l < c.n_layers; ++l) {
     auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
@@ -384,7 +408,9 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
     s.add(rope_k, {"K", "K", "pos", lb.rope_base, kPrefillRows});
     s.add(append, {"K", lb.kc, "pos", kPrefillRows});
     s.add(append, {"V", lb.vc, "pos", kPrefillRows});
-    s.add(global ? attend_global : attend_local, {"Q", lb.kc, lb.vc, "ATTN", verify ? "len" : "pos", kPrefillRows});
+    std::vector<std::string> attend_args{"Q", lb.kc, lb.vc, "ATTN", verify ? "len" : "pos", kPrefillRows};
+    attend_args.insert(attend_args.end(), verify_partials.begin(), verify_partials.end());
+    s.add(global ? attend_global : attend_local, attend_args);
     NPURT_RETURN_IF_ERROR(matmul(t("attn_output"), hidden, q_dim, "ATTN", "A", cut.attn_out));
     sum_over_devices("A");
     s.add(norm_rows, {"A", lb.post_attn, "A", kPrefillRows});
@@ -807,11 +833,12 @@ StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t core
                                              int devices) {
   NPURT_ASSIGN_OR_RETURN(Gemma3Config c, Gemma3Config::from_gguf(file));
   if (devices < 1) return invalid_argument("gemma3: " + std::to_string(devices) + " devices");
-  // Weights take at most the file's bytes (a device's share of them), the f32 KV cache
-  // 2 x 4 bytes per layer, position and kv dim of the device's heads; the rest is
+  // Weights take at most the file's bytes (a device's share of them), the KV cache
+  // 2 elements per layer, position and kv dim of the device's heads; the rest is
   // intermediates and code. GM pages are reserved lazily, so the margin costs nothing.
   const uint64_t kv_heads = c.n_kv_heads % devices == 0 ? c.n_kv_heads / devices : 1;
-  const uint64_t kv = uint64_t{context_of(c, options)} * c.n_layers * 2 * kv_heads * c.head_dim * 4;
+  const uint64_t kv = uint64_t{context_of(c, options)} * c.n_layers * 2 * kv_heads * c.head_dim *
+                      std::max<uint64_t>(isa::dtype_size(options.kv_cache), 1);
   hal::SimOptions o;
   o.num_cores = cores;
   o.global_memory_bytes = (file.bytes().size() / devices + kv + (256ull << 20) + 4095) / 4096 * 4096;

@@ -18,6 +18,7 @@
 #include "npurt/exec/worker.h"
 #include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
+#include "npurt/ops/attention.h"
 #include "npurt/ops/elementwise.h"
 #include "npurt/ops/gemv.h"
 #include "npurt/ops/rmsnorm.h"
@@ -593,6 +594,31 @@ TEST(OperatorSequence, InPlaceIsRejectedForOperatorsThatCannotDoIt) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("step 0 (gemv f32 640x640): 'h' (x) and 'h' (y) overlap"), std::string::npos)
       << r.status().to_string();
+}
+
+// A step with a grid barrier of its own (split decode attention) must run on every
+// block of its fused kernel: on fewer, the other blocks would skip its barrier and
+// meet the next one instead. Refused by name; on all cores it compiles.
+TEST(OperatorSequence, AStepWithItsOwnBarrierRunsOnEveryBlockOrIsRefused) {
+  auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 1 << 18});
+  for (uint32_t cores : {2u, 0u}) {
+    auto attend = std::make_shared<ops::DecodeAttention>(ops::DecodeAttentionParams{
+        .n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .max_len = 256, .cores = cores, .split_positions = true});
+    const OperatorSequence s("split", {{add, {"a", "b", "c"}}, {attend, {"q", "k", "v", "o", "len", "partials"}}},
+                             {}, {},
+                             {{"a", 1 << 18}, {"b", 1 << 18}, {"c", 1 << 18}, {"q", 256}, {"k", 256 * 64},
+                              {"v", 256 * 64}, {"o", 256}, {"partials", attend->partials_elems()}});
+    Rig rig;
+    auto r = s.compile(*rig.runtime);
+    if (cores == 0) {
+      EXPECT_TRUE(r.ok()) << r.status().to_string();
+      continue;
+    }
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("step 1 (decode_attention"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("grid barrier but runs on 2 blocks of the launch's 8"), std::string::npos)
+        << r.status().to_string();
+  }
 }
 
 // ---- compile-time errors name the step and the binding ---------------------------

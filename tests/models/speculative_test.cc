@@ -57,10 +57,13 @@ int verify_mismatches(Gemma3Model& m, const std::vector<int32_t>& tokens,
   return bad;
 }
 
+// With either cache type (the f16 cache rounds each key and value once, on append).
 TEST(VerifyStep, EveryTokenGetsTheDecodeStepsBits) {
   Parsed p = parse(synthetic_gemma3(typed_model()));
+  for (const isa::DType kv : {isa::DType::kF32, isa::DType::kF16}) {
+  SCOPED_TRACE(std::string(isa::dtype_name(kv)) + " cache");
   Rig rig;
-  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 8}));
+  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 8, .kv_cache = kv}));
   ASSERT_EQ(rig.model->max_verify_tokens(), 16u);
   const std::vector<int32_t> tokens = random_tokens(40, 300, 4);
   const std::vector<std::vector<float>> want = step_logits(*rig.model, tokens);
@@ -70,6 +73,7 @@ TEST(VerifyStep, EveryTokenGetsTheDecodeStepsBits) {
     for (size_t at : {size_t{0}, size_t{13}, 24 - n / 2}) {
       EXPECT_EQ(verify_mismatches(*rig.model, tokens, want, at, n), 0) << n << " tokens at position " << at;
     }
+  }
   }
 }
 

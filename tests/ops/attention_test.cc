@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <tuple>
 #include <random>
 
 #include "ops/op_harness.h"
@@ -34,8 +36,8 @@ Bytes cache_bytes(const DecodeAttentionParams& p, int64_t len, std::mt19937& rng
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const DecodeAttentionParams& p = info.param.p;
   return std::string(isa::dtype_name(p.kv_dtype)) + "_h" + std::to_string(p.n_heads) + "kv" +
-         std::to_string(p.n_kv_heads) + "d" + std::to_string(p.head_dim) + "_w" + std::to_string(p.window) + "_" +
-         std::to_string(info.index);
+         std::to_string(p.n_kv_heads) + "d" + std::to_string(p.head_dim) + "_w" + std::to_string(p.window) +
+         (p.split_positions ? "_split" : "") + "_" + std::to_string(info.index);
 }
 
 class DecodeAttentionShapes : public ::testing::TestWithParam<Case> {};
@@ -92,7 +94,67 @@ std::vector<Case> cases() {
   };
 }
 
+// The same shapes with the positions split over the blocks (chunks of tile_t, or the
+// default chunk).
+std::vector<Case> split_cases() {
+  std::vector<Case> all = cases();
+  for (Case& c : all) c.p.split_positions = true;
+  return all;
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, DecodeAttentionShapes, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Split, DecodeAttentionShapes, ::testing::ValuesIn(split_cases()), case_name);
+
+std::vector<uint32_t> out_bits(const OpHarness& h) {
+  const Bytes b = h.device_bytes("out");
+  std::vector<uint32_t> w(b.size() / 4);
+  std::memcpy(w.data(), b.data(), b.size());
+  return w;
+}
+
+// Split positions: the bits depend on the chunks alone, not on how many blocks share
+// them (1, 3 or 8 cores; chunks of 64 positions, so a global layer at 1000 positions
+// has 16 of them and a combine of more than one group of 32 needs max_len 4096).
+TEST(DecodeAttention, SplitPositionsGiveTheSameBitsOnEveryCoreCount) {
+  for (const auto& [window, len, max_len] : {std::tuple{0u, 1000, 1024u}, std::tuple{512u, 777, 1024u},
+                                             std::tuple{0u, 4000, 4096u}, std::tuple{0u, 3, 1024u}}) {
+    std::vector<uint32_t> first;
+    for (uint32_t cores : {1u, 3u, 8u}) {
+      DecodeAttentionParams p = with({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .max_len = max_len}, window,
+                                     DType::kF32, 64, cores);
+      p.split_positions = true;
+      DecodeAttention op(p);
+      std::mt19937 rng(len);
+      OpHarness h(op, 3);
+      h.set_bytes("k_cache", cache_bytes(p, len, rng));
+      h.set_bytes("v_cache", cache_bytes(p, len, rng));
+      h.set_scalar("len", HostArg::i64(len));
+      ASSERT_TRUE(h.runs());
+      EXPECT_TRUE(h.close_to_reference("out", 1e-5)) << "cores " << cores << " len " << len;
+      if (first.empty()) {
+        first = out_bits(h);
+        continue;
+      }
+      EXPECT_EQ(out_bits(h), first) << "cores " << cores << " len " << len << " window " << window;
+    }
+  }
+}
+
+// A grid barrier needs one core per block: more blocks than the target's cores is
+// refused by name instead of compiling a kernel no device could run; so is a chunk
+// larger than local memory.
+TEST(DecodeAttention, SplitPositionsRejectMoreBlocksThanCoresAndChunksPastLocalMemory) {
+  DecodeAttentionParams p = with(kGemma, 0, DType::kF32, 0, 16);
+  p.split_positions = true;
+  const StatusOr<Kernel> k = DecodeAttention(p).compile(Target{.cores = 8});
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("cores"), std::string::npos) << k.status().to_string();
+  p = with(kGemma, 0, DType::kF32, 1024);
+  p.split_positions = true;
+  const StatusOr<Kernel> big = DecodeAttention(p).compile(Target{});
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("tile_t"), std::string::npos) << big.status().to_string();
+}
 
 // The single attended position gets all the weight: out = v[len - 1] exactly.
 TEST(DecodeAttention, SinglePositionCopiesValue) {

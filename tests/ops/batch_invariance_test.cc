@@ -165,7 +165,10 @@ class AttentionQueries : public ::testing::TestWithParam<AttnCase> {};
 
 TEST_P(AttentionQueries, EachQueryGetsTheOneQueryKernelsBits) {
   const AttnCase c = GetParam();
-  const DecodeAttentionParams base{.n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .max_len = 96, .window = c.window};
+  for (bool split : {false, true}) {
+  SCOPED_TRACE(split ? "split positions (chunks of 16)" : "one block per head group");
+  const DecodeAttentionParams base{.n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .max_len = 96, .window = c.window,
+                                   .tile_t = split ? 16u : 0u, .split_positions = split};
   std::mt19937 rng(c.len * 7 + c.window);
   DecodeAttentionParams many = base;
   many.queries = kMaxBatch;
@@ -195,6 +198,7 @@ TEST_P(AttentionQueries, EachQueryGetsTheOneQueryKernelsBits) {
       EXPECT_EQ(std::memcmp(out.data() + i * 256, bits(s, "out").data(), 256 * 4), 0)
           << "query " << i << " of " << n << " (len " << c.len + i << ")";
     }
+  }
   }
 }
 

@@ -31,6 +31,7 @@
 #include "npurt/exec/code_registry.h"
 #include "npurt/graph/operator_sequence.h"
 #include "npurt/hal/sim_device.h"
+#include "npurt/isa/isa.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/runtime/runtime.h"
 #include "npurt/models/gemma3_config.h"
@@ -41,7 +42,8 @@ namespace npurt::models {
 
 struct Gemma3Options {
   // KV-cache capacity in positions (f32 keys and values: 36 KiB per position for
-  // Gemma-3-270M); 0 takes the file's context length. Capped at the context length.
+  // Gemma-3-270M, half that in f16); 0 takes the file's context length. Capped at the
+  // context length.
   uint32_t max_context = 4096;
   graph::Dispatch dispatch = graph::Dispatch::kFused;
   // Batched prefill: the most prompt tokens one prefill call runs (the compiled chunk;
@@ -52,6 +54,10 @@ struct Gemma3Options {
   // step, 1 .. 16; capped at the context); 0 compiles none. Drafts take one fewer.
   uint32_t verify_tokens = kDefaultVerifyTokens;
   static constexpr uint32_t kDefaultVerifyTokens = 16;
+  // The KV cache's element type: f32 (exact against the f32 host oracle), or f16 /
+  // bf16, half the bytes every decode step's attention reads (keys and values are
+  // rounded once, when appended; docs/models.md says what that costs in logits).
+  isa::DType kv_cache = isa::DType::kF32;
   // WRONG, for tests only: the prefill attention ignores the sliding window.
   bool prefill_ignores_window_for_test = false;
 };

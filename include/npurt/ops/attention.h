@@ -23,8 +23,19 @@
 // tile, not max_len. The query heads of a kv group share each K/V tile: S = Q K^T and
 // O += P V are one matmul each. Blocks split the work by kv head and, when there are
 // fewer kv heads than cores, by sub-groups of a group's query heads (each block then
-// reads the group's K/V itself). Positions are not split across blocks: combining
-// partial softmaxes would need a workspace argument.
+// reads the group's K/V itself).
+//
+// split_positions (what a long cache wants): the positions are cut into chunks of
+// chunk_positions() (tile_t, or 128 when that is 0) at multiples of it, and the
+// blocks share the (chunk, kv head) units, so every cached byte is read once per
+// launch whatever the number of cores. Each unit writes its chunk's softmax partial
+// (row max m, sum l and unnormalized output o of every query head of the group) to
+// the extra f32 argument "partials" (the last one); after a grid barrier the blocks
+// share the (query, head) units and fold the chunks in position order, 32 at a time:
+// out = sum_j exp(m_j - M) o_j / sum_j exp(m_j - M) l_j. The bits depend on len,
+// window and the chunk only, never on the cores or on how many queries a launch
+// has. The kernel runs on all `cores` blocks (in a fused sequence, on every core of
+// the launch).
 //
 // Several consecutive queries (queries > 1, or queries_runtime): "q" and "out" hold
 // `queries` tokens' heads (queries x n_heads x head_dim), query i at position
@@ -57,11 +68,16 @@ struct DecodeAttentionParams {
   uint32_t cores = 0;    // blocks; 0: the target's cores
   uint32_t queries = 1;  // consecutive query tokens (the compiled most with queries_runtime)
   bool queries_runtime = false;  // the i32 scalar "rows" gives the queries of a launch
+  bool split_positions = false;  // blocks share position chunks; adds the "partials" argument
 };
 
 class DecodeAttention final : public OperatorWith<DecodeAttentionParams, InPlace::kUnsafe> {
  public:
   using OperatorWith::OperatorWith;
+  // With split_positions: the positions of a chunk, and the f32 elements of
+  // "partials" (queries x n_heads x chunks x (head_dim + 2)).
+  uint32_t chunk_positions() const;
+  uint64_t partials_elems() const;
   std::string name() const override;
   Status validate() const override;
   std::vector<isa::ArgSpec> signature() const override;
