@@ -94,6 +94,11 @@ std::string Gemv::name() const {
 Status Gemv::validate() const {
   if (p_.m == 0) return invalid_param("gemv", "m", "must be > 0");
   if (p_.k == 0) return invalid_param("gemv", "k", "must be > 0");
+  // Bounds that keep the plan's and the signature's arithmetic inside 64 bits.
+  constexpr uint64_t kMaxSide = uint64_t{1} << 32, kMaxWeights = uint64_t{1} << 48;
+  if (p_.m > kMaxSide) return invalid_param("gemv", "m", "must be <= 2^32");
+  if (p_.k > kMaxSide) return invalid_param("gemv", "k", "must be <= 2^32");
+  if (p_.m * p_.k > kMaxWeights) return invalid_param("gemv", "m", "x k must be <= 2^48 weights");
   if (!is_weight_type(p_.weight)) {
     return invalid_param("gemv", "weight", "must be f32, bf16, f16, q8_0, q4_0, q5_0, q4_K, q5_K or q6_K");
   }

@@ -113,6 +113,10 @@ TEST(Gemv, RejectsBadParameters) {
   expect_rejects<Gemv>({.m = 4096, .k = 2048, .rows_per_tile = 65000, .k_tile = 2048}, "rows_per_tile");
   expect_rejects<Gemv>({.m = 4096, .k = 2048, .rows_per_tile = 100000}, "rows_per_tile");
   expect_rejects<Gemv>({.m = 4096, .k = 65520, .k_tile = 65520}, "k_tile");
+  // Sizes whose row or weight counts would wrap 64-bit arithmetic.
+  expect_rejects<Gemv>({.m = UINT64_MAX, .k = 32}, "m");
+  expect_rejects<Gemv>({.m = 4, .k = (uint64_t{1} << 32) + 32}, "k");
+  expect_rejects<Gemv>({.m = uint64_t{1} << 32, .k = uint64_t{1} << 20}, "m");
 }
 
 TEST(Gemv, SignatureFollowsParameters) {
