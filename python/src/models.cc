@@ -84,10 +84,14 @@ std::string default_model_path() {
 class Gemma3 {
  public:
   Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context,
-         uint32_t prefill_chunk, int devices) {
+         uint32_t prefill_chunk, int devices, const std::string& kv_cache) {
     if (device != "sim" && device != "host") {
       raise_status(invalid_argument("unknown device '" + device + "' (expected 'sim' or 'host')"));
     }
+    if (kv_cache != "f32" && kv_cache != "f16" && kv_cache != "bf16") {
+      raise_status(invalid_argument("kv_cache '" + kv_cache + "': expected 'f32', 'f16' or 'bf16'"));
+    }
+    kv_cache_ = kv_cache == "f16" ? isa::DType::kF16 : kv_cache == "bf16" ? isa::DType::kBF16 : isa::DType::kF32;
     if (device == "host" && devices != 1) {
       raise_status(invalid_argument("the host oracle runs on no NPU: devices must be 1, got " +
                                     std::to_string(devices)));
@@ -211,6 +215,7 @@ class Gemma3 {
     models::Gemma3Options mo;
     mo.max_context = max_context;
     mo.prefill_chunk = prefill_chunk;
+    mo.kv_cache = kv_cache_;
     if (devices == 1) {
       NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_sim(*file_, cores, mo));
     } else {
@@ -234,6 +239,7 @@ class Gemma3 {
   }
 
   std::string path_;
+  isa::DType kv_cache_ = isa::DType::kF32;
   std::unique_ptr<models::GgufFile> file_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
   models::Gemma3Config config_;
@@ -266,10 +272,11 @@ void bind_models(nb::module_& m) {
                      "there), on a simulated NPU of its own ('sim') or the f32 host "
                      "oracle ('host'). With devices=N > 1 the model is cut tensor parallel over N "
                      "simulated NPUs of `cores` cores each, in this process.")
-      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t, int>(),
+      .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t, int,
+                    const std::string&>(),
            nb::arg("path") = nb::none(), nb::kw_only(), nb::arg("device") = "sim", nb::arg("cores") = 8,
            nb::arg("max_context") = 4096, nb::arg("prefill_chunk") = models::Gemma3Options::kDefaultPrefillChunk,
-           nb::arg("devices") = 1)
+           nb::arg("devices") = 1, nb::arg("kv_cache") = "f32")
       .def_prop_rw("prefill_chunk", &Gemma3::prefill_chunk, &Gemma3::set_prefill_chunk,
                    "prompt tokens per batched prefill call (0: token by token); at most the chunk the "
                    "model was loaded with")

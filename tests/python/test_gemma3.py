@@ -152,6 +152,14 @@ def test_batched_prefill_is_the_default_and_matches_token_by_token(model):
 
 
 @needs_model
+def test_an_f16_kv_cache_keeps_the_reference_continuation():
+    half = npurt.Gemma3(MODEL, max_context=64, kv_cache="f16")
+    assert half.generate_ids(half.encode("The capital of France is"), 8) == LLAMA_CPP_FIRST_8
+    with pytest.raises(ValueError, match="kv_cache 'q8_0': expected 'f32', 'f16' or 'bf16'"):
+        npurt.Gemma3(MODEL, kv_cache="q8_0")
+
+
+@needs_model
 def test_speculation_gives_the_plain_greedy_tokens(model):
     for text in ("1, 2, 3, 4, 5, 6, 7, 8,", "Once upon a time"):
         prompt = model.encode(text)
