@@ -93,9 +93,17 @@ TEST(Peers, AWaitOnAFailedPeerFailsTheStream) {
   auto a = npurt::testing::make_sim(), b = npurt::testing::make_sim();
   Stream sa = Stream::create(a).value(), sb = Stream::create(b).value();
   Event e = Event::create(a).value();
-  NPURT_ASSERT_OK(a->enqueue_host_function(sa.id(), [](const Status&) { return device_fault("injected"); }));
+  // The failure waits until the event and the wait are enqueued: a stream already in
+  // error would refuse the record itself.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  NPURT_ASSERT_OK(a->enqueue_host_function(sa.id(), [released](const Status&) {
+    released.wait();
+    return device_fault("injected");
+  }));
   NPURT_ASSERT_OK(a->record_event(sa.id(), e.id()));
   NPURT_ASSERT_OK(b->wait_peer_event(sb.id(), *a, e.id()));
+  release.set_value();
   const Status s = b->stream_synchronize(sb.id());
   EXPECT_EQ(s.code(), StatusCode::kDeviceFault) << s.to_string();
   EXPECT_NE(s.message().find("injected"), std::string::npos) << s.to_string();
