@@ -38,6 +38,7 @@
 #include "hal/sim/tile_kernels.h"
 #include "memory_peers.h"
 #include "npurt/models/gemma3_model.h"
+#include "npurt/models/sampler.h"
 #include "npurt/models/tokenizer.h"
 #include "npurt/ops/gemv.h"
 #include "npurt/ops/prefill_attention.h"
@@ -110,9 +111,11 @@ struct Decode {
   double tokens_per_s = 0;
   models::GenerateStats stats;
 };
-Decode decode_run(models::Gemma3Model& model, const std::vector<int32_t>& prompt, int tokens, int speculate) {
+Decode decode_run(models::Gemma3Model& model, const std::vector<int32_t>& prompt, int tokens, int speculate,
+                  const models::SamplingParams& sampling = {}) {
   Decode d;
-  or_die(models::generate(model, prompt, tokens + 1, nullptr, {}, &d.stats, {.speculate = speculate, .drafter = {}}),
+  or_die(models::generate(model, prompt, tokens + 1, nullptr, {}, &d.stats,
+                          {.speculate = speculate, .drafter = {}, .sampling = sampling}),
          "decode");
   d.tokens_per_s = d.stats.decoded_tokens() / d.stats.decode_seconds;
   return d;
@@ -498,6 +501,25 @@ int main(int argc, char** argv) {
                 what, median(pair->plain), median(pair->spec), median(pair->spec) / median(pair->plain),
                 median(pair->per_pass), 100 * median(pair->accept));
   }
+  // Sampling runs on the host: each step reads the logits back and chooses there.
+  // Greedy and sampled decode alternate; then the read-back and the choice alone, on
+  // the last step's logits.
+  const models::SamplingParams sampled{.temperature = 0.8f, .top_p = 0.95f, .seed = 1};
+  std::vector<double> greedy_tps, sampled_tps, read_ms, choose_ms;
+  for (int r = 0; r < a.reps; ++r) {
+    greedy_tps.push_back(decode_run(model, p64, a.tokens, 0).tokens_per_s);
+    sampled_tps.push_back(decode_run(model, p64, a.tokens, 0, sampled).tokens_per_s);
+    const auto t_read = Clock::now();
+    const std::vector<float> logits = or_die(model.logits(), "logits");
+    read_ms.push_back(seconds_since(t_read) * 1e3);
+    const auto t_choose = Clock::now();
+    or_die(models::choose_token(logits, sampled, p64, p64.size()), "choose");
+    choose_ms.push_back(seconds_since(t_choose) * 1e3);
+  }
+  std::printf("  sampled decode (T 0.8, top-p 0.95) %6.1f tokens/s, greedy %6.1f (%.2fx); per token on the host: "
+              "logits read back %.2f ms, choice %.2f ms\n",
+              median(sampled_tps), median(greedy_tps), median(sampled_tps) / median(greedy_tps), median(read_ms),
+              median(choose_ms));
   // Speculative decoding: the verify step's cost against a plain step.
   std::vector<int> sizes;
   for (int n : {1, 2, 4, 8, 16}) {

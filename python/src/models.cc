@@ -3,11 +3,13 @@
 // generate() streaming text to a callback.
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -20,6 +22,8 @@
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
+#include "npurt/models/sampler.h"
+#include "npurt/models/token_model.h"
 #include "npurt/models/tokenizer.h"
 
 // The checkout and build tree this extension was built from (python/CMakeLists.txt),
@@ -80,6 +84,30 @@ std::string default_model_path() {
                          ", runs outside the checkout it was built in, so it has no default file)" + hint));
 }
 
+// How generate() chooses tokens: models::SamplingParams and stop strings, from keywords.
+struct Sampling {
+  models::SamplingParams params;
+  std::vector<std::string> stop;
+};
+
+Sampling sampling_of(float temperature, int top_k, float top_p, float min_p, float repetition_penalty,
+                     float presence_penalty, float frequency_penalty, uint64_t seed,
+                     const std::optional<std::vector<std::string>>& stop, int logprobs) {
+  Sampling s;
+  s.params = {.temperature = temperature,
+              .top_k = top_k,
+              .top_p = top_p,
+              .min_p = min_p,
+              .repetition_penalty = repetition_penalty,
+              .presence_penalty = presence_penalty,
+              .frequency_penalty = frequency_penalty,
+              .seed = seed,
+              .logprobs = logprobs > 0,
+              .top_logprobs = logprobs};
+  if (stop) s.stop = *stop;
+  return s;
+}
+
 // Owns everything a loaded model uses (the file outlives the model). One generate() at a time (mu_), with the GIL released.
 class Gemma3 {
  public:
@@ -113,9 +141,10 @@ class Gemma3 {
   std::vector<int32_t> encode(const std::string& text) const { return take(tokenizer_->encode(text)); }
   std::string decode(const std::vector<int32_t>& ids) const { return tokenizer_->decode(ids); }
 
-  // Greedy tokens after `prompt` (ids), stopping at a stop token.
-  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens, std::optional<int> speculate) {
-    const models::GenerateOptions o = speculation(speculate);
+  // Tokens after `prompt` (ids), stopping at a stop token.
+  std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens, std::optional<int> speculate,
+                                    const Sampling& sampling) {
+    const models::GenerateOptions o = options(speculate, sampling);
     StatusOr<std::vector<int32_t>> out = Status();
     {
       nb::gil_scoped_release release;
@@ -129,8 +158,8 @@ class Gemma3 {
   // it is produced. An exception in it ends the call once generation returns.
   std::string generate(const std::string& prompt, int max_tokens,
                        const std::optional<std::function<void(std::string)>>& on_text,
-                       std::optional<int> speculate) {
-    const models::GenerateOptions o = speculation(speculate);
+                       std::optional<int> speculate, const Sampling& sampling) {
+    const models::GenerateOptions o = options(speculate, sampling);
     const std::vector<int32_t> ids = encode(prompt);
     std::optional<nb::python_error> callback_error;
     StatusOr<std::vector<int32_t>> out = Status();
@@ -168,6 +197,13 @@ class Gemma3 {
     }
     return {.speculate = speculate, .drafter = {}};
   }
+  models::GenerateOptions options(std::optional<int> speculate, const Sampling& sampling) const {
+    models::GenerateOptions o = speculation(speculate);
+    o.sampling = sampling.params;
+    o.stop_strings = sampling.stop;
+    check(models::check_sampling(o.sampling));
+    return o;
+  }
 
   // Prompt tokens per batched prefill call on the device (0: token by token).
   uint32_t prefill_chunk() const { return sim_ ? sim_->prefill_chunk() : 0; }
@@ -189,6 +225,19 @@ class Gemma3 {
     d["decode_steps"] = stats_.decode_steps;
     d["decode_seconds"] = stats_.decode_seconds;
     d["decoded_tokens"] = stats_.decoded_tokens();
+    d["finish_reason"] = models::finish_reason_name(stats_.finish_reason);
+    nb::list logprobs;
+    for (const models::TokenChoice& c : stats_.choices) {
+      if (std::isnan(c.logprob)) break;  // not asked for
+      nb::list top;
+      for (const models::TokenLogprob& t : c.top) top.append(nb::make_tuple(t.token, t.logprob));
+      nb::dict e;
+      e["token"] = c.token;
+      e["logprob"] = c.logprob;
+      e["top"] = top;
+      logprobs.append(e);
+    }
+    d["logprobs"] = logprobs;
     d["verify_steps"] = stats_.verify_steps;
     d["drafted_tokens"] = stats_.drafted_tokens;
     d["accepted_tokens"] = stats_.accepted_tokens;
@@ -301,18 +350,50 @@ void bind_models(nb::module_& m) {
           "the hyperparameters read from the file")
       .def("encode", &Gemma3::encode, nb::arg("text"), "token ids of `text`, with the BOS token first")
       .def("decode", &Gemma3::decode, nb::arg("ids"), "the text of token ids")
-      .def("generate", &Gemma3::generate, nb::arg("prompt"), nb::arg("max_tokens") = 32,
-           nb::arg("on_text") = nb::none(), nb::arg("speculate") = nb::none(),
-           "greedy continuation of `prompt` (at most max_tokens tokens, ending early at a stop "
-           "token); on_text(str) sees each token's text as it is produced. speculate=N verifies up to "
-           "N prompt-lookup drafts per pass over the weights (one simulated NPU; N <= 15; 0: off; "
-           "None: 7 there, else off): the same text, often sooner")
-      .def("generate_ids", &Gemma3::generate_ids, nb::arg("prompt_ids"), nb::arg("max_tokens") = 32,
-           nb::arg("speculate") = nb::none(), "greedy token ids after `prompt_ids` (speculate: as generate)")
+      .def(
+          "generate",
+          [](Gemma3& g, const std::string& prompt, int max_tokens,
+             const std::optional<std::function<void(std::string)>>& on_text, std::optional<int> speculate,
+             float temperature, int top_k, float top_p, float min_p, float repetition_penalty, float presence_penalty,
+             float frequency_penalty, uint64_t seed, const std::optional<std::vector<std::string>>& stop,
+             int logprobs) {
+            return g.generate(prompt, max_tokens, on_text, speculate,
+                              sampling_of(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                                          frequency_penalty, seed, stop, logprobs));
+          },
+          nb::arg("prompt"), nb::arg("max_tokens") = 32, nb::arg("on_text") = nb::none(),
+          nb::arg("speculate") = nb::none(), nb::kw_only(), nb::arg("temperature") = 0.0f, nb::arg("top_k") = 0,
+          nb::arg("top_p") = 1.0f, nb::arg("min_p") = 0.0f, nb::arg("repetition_penalty") = 1.0f,
+          nb::arg("presence_penalty") = 0.0f, nb::arg("frequency_penalty") = 0.0f, nb::arg("seed") = 0,
+          nb::arg("stop") = nb::none(), nb::arg("logprobs") = 0,
+          "continuation of `prompt` (at most max_tokens tokens, ending early at a stop token or a "
+          "`stop` string, which is not returned); on_text(str) sees each token's text as it is produced. "
+          "Greedy at temperature 0; otherwise sampled after top_k / top_p / min_p and the penalties, "
+          "the same text for the same prompt, options and seed. logprobs=N: each token's "
+          "log-probability and the N most likely (stats['logprobs']). speculate=N verifies up to "
+          "N prompt-lookup drafts per pass over the weights (one simulated NPU; N <= 15; 0: off; "
+          "None: 7 there, else off): the same text, often sooner")
+      .def(
+          "generate_ids",
+          [](Gemma3& g, const std::vector<int32_t>& prompt, int max_tokens, std::optional<int> speculate,
+             float temperature, int top_k, float top_p, float min_p, float repetition_penalty, float presence_penalty,
+             float frequency_penalty, uint64_t seed, const std::optional<std::vector<std::string>>& stop,
+             int logprobs) {
+            return g.generate_ids(prompt, max_tokens, speculate,
+                                  sampling_of(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                                              frequency_penalty, seed, stop, logprobs));
+          },
+          nb::arg("prompt_ids"), nb::arg("max_tokens") = 32, nb::arg("speculate") = nb::none(), nb::kw_only(),
+          nb::arg("temperature") = 0.0f, nb::arg("top_k") = 0, nb::arg("top_p") = 1.0f, nb::arg("min_p") = 0.0f,
+          nb::arg("repetition_penalty") = 1.0f, nb::arg("presence_penalty") = 0.0f,
+          nb::arg("frequency_penalty") = 0.0f, nb::arg("seed") = 0, nb::arg("stop") = nb::none(),
+          nb::arg("logprobs") = 0, "token ids after `prompt_ids` (the other arguments: as generate)")
       .def_prop_ro("stats", &Gemma3::stats,
                    "figures of the last generate(): prompt_tokens, prefill_seconds, time_to_first_token, "
-                   "generated_tokens, decode_steps, decode_seconds, decoded_tokens, and for speculation "
-                   "verify_steps, drafted_tokens, accepted_tokens, acceptance_rate, tokens_per_pass");
+                   "generated_tokens, decode_steps, decode_seconds, decoded_tokens, finish_reason ('length', "
+                   "'stop_token' or 'stop_string'), logprobs (with logprobs=N: per token a dict of token, "
+                   "logprob and top, N (id, logprob) pairs), and for speculation verify_steps, "
+                   "drafted_tokens, accepted_tokens, acceptance_rate, tokens_per_pass");
 }
 
 }  // namespace npurt::python

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
+#include "npurt/models/sampler.h"
+#include "npurt/models/token_model.h"
 #include "npurt/models/tokenizer.h"
 
 #ifndef NPURT_DEFAULT_MODEL
@@ -154,6 +157,20 @@ Status start_mpi(const GenerateArgs& args, const Inputs& in, const Status& opene
   return mpi.comm->agree(opened);
 }
 
+// One line per token to stderr: its text, its log-probability, then the most likely
+// tokens with theirs.
+void print_logprobs(const models::Tokenizer& tok, const std::vector<int32_t>& tokens,
+                    const std::vector<models::TokenChoice>& choices) {
+  for (size_t i = 0; i < tokens.size() && i < choices.size(); ++i) {
+    std::fprintf(stderr, "logprobs %3zu %-16s %9.4f |", i, ("\"" + tok.token_text(tokens[i]) + "\"").c_str(),
+                 choices[i].logprob);
+    for (const models::TokenLogprob& t : choices[i].top) {
+      std::fprintf(stderr, " \"%s\" %.4f", tok.token_text(t.token).c_str(), t.logprob);
+    }
+    std::fputc('\n', stderr);
+  }
+}
+
 }  // namespace
 
 int run_generate(const GenerateArgs& args) {
@@ -161,6 +178,7 @@ int run_generate(const GenerateArgs& args) {
     return fail("unknown device '" + args.device + "' (expected sim or host)");
   }
   if (args.max_tokens < 0) return fail("--max-tokens must not be negative");
+  if (const Status s = models::check_sampling(args.sampling); !s.ok()) return fail(s.to_string());
   if (args.tp > 0 && (args.devices != 1 || args.device != "sim")) {
     return fail("--tp runs one simulated NPU per MPI rank: it takes neither --devices nor --device host");
   }
@@ -230,7 +248,7 @@ int run_generate(const GenerateArgs& args) {
         std::fputs(tok->token_text(t).c_str(), stdout);
         std::fflush(stdout);
       },
-      &stats, {.speculate = speculation(args), .drafter = {}});
+      &stats, {.speculate = speculation(args), .drafter = {}, .sampling = args.sampling, .stop_strings = args.stop});
   if (speaks) std::fputc('\n', stdout);
   std::fflush(stdout);
   if (!out.ok()) return fail_rank(out.status().to_string());
@@ -246,6 +264,8 @@ int run_generate(const GenerateArgs& args) {
                    ? ("chunks of " + std::to_string(sim->prefill_chunk())).c_str()
                    : "token by token",
                stats.prefill_seconds, stats.decoded_tokens(), per_second(stats.decoded_tokens(), stats.decode_seconds));
+  if (args.sampling.top_logprobs > 0) print_logprobs(*tok, *out, stats.choices);
+  std::fprintf(stderr, "finish: %s\n", models::finish_reason_name(stats.finish_reason));
   if (speculation(args) > 0) {
     std::fprintf(stderr,
                  "speculation: up to %d drafts; %d verify steps, %.2f tokens each; drafts accepted %d of %d (%.0f%%); "

@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "npurt/models/gemma3_model.h"
+#include "npurt/models/sampler.h"
 
 namespace npurt::cli {
 
@@ -26,6 +28,8 @@ struct GenerateArgs {
   // (docs/models.md, "Speculative decoding").
   int speculate = kDefaultSpeculate;
   bool speculate_set = false;
+  models::SamplingParams sampling;  // greedy unless told otherwise
+  std::vector<std::string> stop;    // stop strings
   static constexpr int kDefaultSpeculate = models::GenerateOptions::kDefaultSpeculate;
 };
 

@@ -18,6 +18,32 @@ int run_info(const std::string& path);
 
 namespace {
 
+// How `npurt generate` chooses each token: the options of models::SamplingParams and
+// stop strings.
+void add_sampling_options(CLI::App& cmd, npurt::models::SamplingParams& p, std::vector<std::string>& stop) {
+  cmd.add_option("--temperature", p.temperature, "0: greedy; otherwise sample from the softmax of logits / T")
+      ->capture_default_str();
+  cmd.add_option("--top-k", p.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  cmd.add_option("--top-p", p.top_p, "sample among the fewest most likely tokens whose mass reaches p, (0, 1]")
+      ->capture_default_str();
+  cmd.add_option("--min-p", p.min_p, "drop tokens less than min-p times as likely as the best, [0, 1]")
+      ->capture_default_str();
+  cmd.add_option("--repetition-penalty", p.repetition_penalty,
+                 "> 1 discourages every token of the prompt and output (1: off)")
+      ->capture_default_str();
+  cmd.add_option("--presence-penalty", p.presence_penalty, "subtracted from the logit of every token of the output")
+      ->capture_default_str();
+  cmd.add_option("--frequency-penalty", p.frequency_penalty,
+                 "subtracted from a token's logit once per occurrence in the output")
+      ->capture_default_str();
+  cmd.add_option("--seed", p.seed, "sampling seed: the same prompt, options and seed give the same text")
+      ->capture_default_str();
+  cmd.add_option("--logprobs", p.top_logprobs,
+                 "print each token's log-probability and those of the N most likely (0 .. 20) to stderr")
+      ->capture_default_str();
+  cmd.add_option("--stop", stop, "text that ends generation (repeatable); it and what follows are not printed");
+}
+
 int disasm_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -84,8 +110,8 @@ int main(int argc, char** argv) {
   disasm->add_option("FILE", file, "image file")->required();
 
   npurt::cli::GenerateArgs gen;
-  auto* generate = app.add_subcommand("generate", "greedy text generation with Gemma-3 from a GGUF file, "
-                                                  "streamed as it is produced");
+  auto* generate = app.add_subcommand("generate", "text generation with Gemma-3 from a GGUF file, greedy or "
+                                                  "sampled, streamed as it is produced");
   generate->add_option("--model", gen.model, "GGUF file (default: $NPURT_MODEL, else " +
                                                  npurt::cli::default_model_path() + ")");
   generate->add_option("--prompt", gen.prompt, "text to continue")->capture_default_str();
@@ -124,6 +150,7 @@ int main(int argc, char** argv) {
                        "ms a collective waits for its peers before it fails the run")
       ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000))
       ->capture_default_str();
+  add_sampling_options(*generate, gen.sampling, gen.stop);
   generate->add_option("--device-memory", gen.device_memory,
                        "MiB of global memory per device (default: sized for the device's share of the model)")
       ->check(CLI::Range(1, 1 << 20));

@@ -258,8 +258,14 @@ void HostOracle::ffn_block(int32_t l, std::vector<float>& h) {
 
 StatusOr<int32_t> HostTokenModel::step(int32_t token) {
   NPURT_ASSIGN_OR_RETURN(std::span<const float> logits, oracle_.step(token));
+  logits_.assign(logits.begin(), logits.end());
   // Ties go to the lowest id, as the device's first-max argmax does.
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+StatusOr<std::vector<float>> HostTokenModel::logits() const {
+  if (logits_.empty()) return failed_precondition("host oracle: no step yet");
+  return logits_;
 }
 
 StatusOr<int32_t> HostTokenModel::prefill(std::span<const int32_t> tokens) {

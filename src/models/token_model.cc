@@ -32,6 +32,23 @@ StatusOr<std::vector<int32_t>> TokenModel::verify(std::span<const int32_t> token
   return out;
 }
 
+StatusOr<std::vector<float>> TokenModel::logits() const {
+  return unimplemented("logits: this model does not keep its logits");
+}
+
+StatusOr<std::vector<float>> TokenModel::verify_logits() const {
+  return unimplemented("verify_logits: this model does not keep its verify step's logits");
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStopToken: return "stop_token";
+    case FinishReason::kStopString: return "stop_string";
+  }
+  return "unknown";
+}
+
 Status TokenModel::rewind(int32_t position) {
   if (position == this->position()) return Status();
   return unimplemented("rewind: this model cannot drop context (to position " + std::to_string(position) + " from " +
@@ -46,6 +63,43 @@ int draft_budget(const TokenModel& model, int policy_length, int left, int32_t c
   const int verify = static_cast<int>(model.max_verify_tokens());
   return std::max(0, std::min({policy_length, left, verify - 1, static_cast<int>(context_left) - 1}));
 }
+
+// The text of the output so far, for stop strings: which tokens are safe to hand out
+// (no stop string can start in them any more) and where the first match starts.
+class StopText {
+ public:
+  StopText(const Tokenizer* tokenizer, const std::vector<std::string>& stops) : tok_(tokenizer), stops_(stops) {
+    for (const std::string& s : stops_) hold_ = std::max(hold_, s.size() - 1);
+  }
+  bool active() const { return !stops_.empty(); }
+  // Appends `token`'s text; true if a stop string now matches.
+  bool add(int32_t token) {
+    const size_t from = text_.size() > hold_ ? text_.size() - hold_ : 0;
+    text_ += tok_->token_text(token);
+    ends_.push_back(text_.size());
+    for (const std::string& s : stops_) {
+      const size_t at = text_.find(s, from);
+      if (at != std::string::npos) match_ = std::min(match_, at);
+    }
+    return match_ != std::string::npos;
+  }
+  // Tokens whose text ends where no stop string can start any more (all but the
+  // held-back tail; with a match, the tokens wholly before it).
+  size_t safe_tokens(bool final) const {
+    const size_t limit = match_ != std::string::npos ? match_ : final ? text_.size() : text_.size() - std::min(hold_, text_.size());
+    size_t n = 0;
+    while (n < ends_.size() && ends_[n] <= limit) ++n;
+    return n;
+  }
+
+ private:
+  const Tokenizer* tok_;
+  const std::vector<std::string>& stops_;
+  size_t hold_ = 0;
+  std::string text_;
+  std::vector<size_t> ends_;  // text_ length after each token
+  size_t match_ = std::string::npos;
+};
 
 }  // namespace
 
@@ -70,25 +124,67 @@ StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int
                             " drafts need a verify step of " + std::to_string(options.speculate + 1) +
                             " tokens; the model's takes at most " + std::to_string(model.max_verify_tokens()));
   }
+  NPURT_RETURN_IF_ERROR(check_sampling(options.sampling));
+  for (const std::string& s : options.stop_strings) {
+    if (s.empty()) return invalid_argument("generate: a stop string is empty");
+  }
+  if (!options.stop_strings.empty() && stop == nullptr) {
+    return invalid_argument("generate: stop strings need the tokenizer (to read the tokens' text)");
+  }
   GenerateStats local;
   GenerateStats& st = stats != nullptr ? *stats : local;
   st = GenerateStats{};
+  const SamplingParams& sampling = options.sampling;
+  const bool read_logits = !sampling.plain_greedy();
+  std::vector<int32_t> context = prompt, out;
+  // The choice after `ctx` from `logits`, or the device's own argmax.
+  const auto choose = [&](std::span<const float> logits, std::span<const int32_t> ctx) {
+    return choose_token(logits, sampling, ctx, prompt.size());
+  };
   NPURT_RETURN_IF_ERROR(model.reset());
   auto t0 = std::chrono::steady_clock::now();
-  NPURT_ASSIGN_OR_RETURN(int32_t next, model.prefill(prompt));
+  TokenChoice next;
+  NPURT_ASSIGN_OR_RETURN(next.token, model.prefill(prompt));
+  if (read_logits) {
+    NPURT_ASSIGN_OR_RETURN(const std::vector<float> logits, model.logits());
+    NPURT_ASSIGN_OR_RETURN(next, choose(logits, context));
+  }
   st.prompt_tokens = static_cast<int>(prompt.size());
   st.prefill_seconds = seconds_since(t0);
 
   const Drafter drafter = options.drafter ? options.drafter : PromptLookup().drafter();
   DraftPolicy policy(options.speculate);
-  std::vector<int32_t> context = prompt, out;
-  // Takes `token` as generated; false once decoding ends (a stop token, or enough).
-  const auto emit = [&](int32_t token) {
-    if (stop != nullptr && stop->is_stop(token)) return false;
+  StopText stop_text(stop, options.stop_strings);
+  std::vector<TokenChoice> choices;
+  size_t handed_out = 0;  // tokens on_token has seen
+  const auto hand_out = [&](size_t upto) {
+    for (; handed_out < upto; ++handed_out) {
+      if (on_token) on_token(out[handed_out]);
+    }
+  };
+  // Takes `c` as generated; false once decoding ends (a stop, or enough).
+  const auto emit = [&](const TokenChoice& c) {
+    const int32_t token = c.token;
+    if ((stop != nullptr && stop->is_stop(token)) ||
+        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
+      st.finish_reason = FinishReason::kStopToken;
+      return false;
+    }
     out.push_back(token);
     context.push_back(token);
-    if (on_token) on_token(token);
-    return static_cast<int>(out.size()) < max_new_tokens;
+    if (read_logits) choices.push_back(c);
+    if (!stop_text.active()) {
+      hand_out(out.size());
+    } else if (stop_text.add(token)) {
+      out.resize(stop_text.safe_tokens(true));
+      st.finish_reason = FinishReason::kStopString;
+      return false;
+    } else {
+      hand_out(stop_text.safe_tokens(false));
+    }
+    if (static_cast<int>(out.size()) < max_new_tokens) return true;
+    st.finish_reason = FinishReason::kLength;
+    return false;
   };
   t0 = std::chrono::steady_clock::now();
   bool more = max_new_tokens > 0;
@@ -100,26 +196,51 @@ StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int
     if (drafts.size() > static_cast<size_t>(budget)) drafts.resize(static_cast<size_t>(budget));
     const auto t_step = std::chrono::steady_clock::now();
     if (drafts.empty()) {
-      NPURT_ASSIGN_OR_RETURN(next, model.step(next));
+      NPURT_ASSIGN_OR_RETURN(next.token, model.step(next.token));
+      if (read_logits) {
+        NPURT_ASSIGN_OR_RETURN(const std::vector<float> logits, model.logits());
+        NPURT_ASSIGN_OR_RETURN(next, choose(logits, context));
+      }
       ++st.decode_steps;
       policy.record_plain(seconds_since(t_step));
       continue;
     }
-    // The fed-back token and the drafts in one pass; greedy[i] follows input i.
+    // The fed-back token and the drafts in one pass; chosen[i] follows input i.
     const int32_t at = model.position();
-    std::vector<int32_t> inputs{next};
+    std::vector<int32_t> inputs{next.token};
     inputs.insert(inputs.end(), drafts.begin(), drafts.end());
     NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> greedy, model.verify(inputs));
+    std::vector<TokenChoice> chosen(greedy.size());
+    for (size_t i = 0; i < greedy.size(); ++i) chosen[i].token = greedy[i];
     size_t accepted = 0;
-    while (accepted < drafts.size() && drafts[accepted] == greedy[accepted]) ++accepted;
+    if (read_logits) {
+      NPURT_ASSIGN_OR_RETURN(const std::vector<float> all, model.verify_logits());
+      const size_t vocab = all.size() / inputs.size();
+      std::vector<int32_t> ctx = context;
+      // Choice i follows the context and the first i drafts; it is only needed while
+      // every draft before it was right.
+      for (size_t i = 0;; ++i) {
+        NPURT_ASSIGN_OR_RETURN(chosen[i], choose(std::span<const float>(all).subspan(i * vocab, vocab), ctx));
+        if (i == drafts.size() || drafts[i] != chosen[i].token) break;
+        ctx.push_back(drafts[i]);
+        ++accepted;
+      }
+    } else {
+      while (accepted < drafts.size() && drafts[accepted] == greedy[accepted]) ++accepted;
+    }
     ++st.verify_steps;
     st.drafted_tokens += static_cast<int>(drafts.size());
     st.accepted_tokens += static_cast<int>(accepted);
     policy.record(static_cast<int>(drafts.size()), static_cast<int>(accepted), seconds_since(t_step));
     // The cache keeps the fed-back token and the accepted drafts.
     NPURT_RETURN_IF_ERROR(model.rewind(at + 1 + static_cast<int32_t>(accepted)));
-    for (size_t i = 0; i < accepted && more; ++i) more = emit(drafts[i]);
-    next = greedy[accepted];
+    for (size_t i = 0; i < accepted && more; ++i) more = emit(chosen[i]);
+    next = chosen[accepted];
+  }
+  hand_out(out.size());
+  if (read_logits) {
+    choices.resize(out.size());
+    st.choices = std::move(choices);
   }
   st.generated_tokens = static_cast<int>(out.size());
   st.decode_seconds = seconds_since(t0);

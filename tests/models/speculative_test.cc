@@ -13,6 +13,7 @@
 #include "models/real_model.h"
 #include "npurt/models/draft.h"
 #include "npurt/models/gemma3_model.h"
+#include "npurt/models/sampler.h"
 #include "npurt/models/token_model.h"
 
 namespace npurt::models {
@@ -180,6 +181,37 @@ TEST(Speculation, SyntheticTokensAreExactlyPlainGreedy) {
   for (const std::vector<int32_t>& prompt : {repeating, random_tokens(19, 300, 8)}) {
     expect_speculation_exact(*rig.model, prompt, 300, 64, {1, 4, 15});
   }
+}
+
+// Sampling with a seed: each verified token's choice is the one a plain step makes
+// (same logits, context and position), so drafts that are always right, always wrong
+// or found by prompt lookup leave the text and every log-probability as they are;
+// another seed gives another text.
+TEST(Speculation, SeededSamplingGivesThePlainSampledText) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  Rig rig;
+  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 8}));
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 4; ++i) prompt.insert(prompt.end(), {11, 42, 7, 199});
+  const SamplingParams sampling{.temperature = 0.9f, .top_p = 0.97f, .repetition_penalty = 1.05f, .seed = 11, .top_logprobs = 2};
+  const Generated plain = run(*rig.model, prompt, 40, {.sampling = sampling});
+  ASSERT_EQ(plain.stats.choices.size(), 40u);
+  const Oracle o{prompt, plain.tokens};
+  for (Drafts kind : {Drafts::kLookup, Drafts::kAlwaysWrong, Drafts::kAlwaysRight}) {
+    const Generated s = run(*rig.model, prompt, 40, {.speculate = 7, .drafter = make_drafter(kind, o), .sampling = sampling});
+    EXPECT_EQ(s.tokens, plain.tokens) << drafts_name(kind);
+    ASSERT_EQ(s.stats.choices.size(), plain.stats.choices.size());
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      EXPECT_EQ(s.stats.choices[i].logprob, plain.stats.choices[i].logprob) << drafts_name(kind) << ", token " << i;
+    }
+    EXPECT_GT(s.stats.verify_steps, 0) << drafts_name(kind);
+    if (kind == Drafts::kAlwaysRight) {
+      EXPECT_EQ(s.stats.accepted_tokens, s.stats.drafted_tokens);
+    }
+  }
+  SamplingParams other = sampling;
+  other.seed = 12;
+  EXPECT_NE(run(*rig.model, prompt, 40, {.sampling = other}).tokens, plain.tokens);
 }
 
 TEST(Speculation, BadInputIsRejectedAndTheModelStaysUsable) {

@@ -177,6 +177,40 @@ def test_speculation_gives_the_plain_greedy_tokens(model):
 
 
 @needs_model
+def test_seeded_sampling_is_reproducible_and_speculation_keeps_it(model):
+    prompt = model.encode("Once upon a time")
+    options = dict(temperature=0.9, top_p=0.95, seed=5, logprobs=2)
+    plain = model.generate_ids(prompt, 24, speculate=0, **options)
+    logprobs = model.stats["logprobs"]
+    assert len(logprobs) == 24 and [e["token"] for e in logprobs] == plain
+    for e in logprobs:
+        (best, best_lp), (_, second_lp) = e["top"]
+        assert best_lp >= second_lp and e["logprob"] <= best_lp
+        assert e["token"] != best or e["logprob"] == best_lp
+    assert model.generate_ids(prompt, 24, speculate=7, **options) == plain
+    assert model.generate_ids(prompt, 24, speculate=0, **{**options, "seed": 6}) != plain
+    # Greedy through the sampler's path (logprobs read the logits) is plain greedy.
+    greedy = model.generate_ids(prompt, 16, speculate=0)
+    assert model.generate_ids(prompt, 16, speculate=0, logprobs=1) == greedy
+    assert model.stats["finish_reason"] == "length"
+
+
+@needs_model
+def test_stop_strings_and_bad_sampling_options(model):
+    full = model.generate("The capital of France is", 8, speculate=0)
+    cut = full.index(" of") if " of" in full else len(full) // 2
+    stop = full[cut:cut + 3]
+    text = model.generate("The capital of France is", 8, speculate=0, stop=[stop])
+    assert stop not in text and full.startswith(text)
+    assert model.stats["finish_reason"] == "stop_string"
+    for bad, name in ((dict(temperature=-1.0), "temperature"), (dict(top_p=1.5), "top_p"),
+                      (dict(min_p=-0.5), "min_p"), (dict(logprobs=21), "top_logprobs")):
+        with pytest.raises(ValueError, match=name):
+            model.generate("The capital", 2, **bad)
+    assert model.generate_ids(model.encode("The capital of France is"), 8) == LLAMA_CPP_FIRST_8
+
+
+@needs_model
 def test_speculation_rejects_what_it_cannot_run(model):
     with pytest.raises(ValueError, match="speculate 16 drafts need a verify step of 17 tokens"):
         model.generate_ids([2, 818], 4, speculate=16)

@@ -131,7 +131,7 @@ class Gemma3Model final : public TokenModel {
   // on are overwritten before use.
   Status rewind(int32_t position) override;
   // The logits of every token of the last verify() call (n x vocab floats).
-  StatusOr<std::vector<float>> verify_logits() const;
+  StatusOr<std::vector<float>> verify_logits() const override;
   // The next step is at position 0 (cached positions are overwritten before use).
   Status reset() override;
   int32_t position() const override { return position_; }
@@ -139,7 +139,7 @@ class Gemma3Model final : public TokenModel {
 
   // The logits of the last step (vocab floats), read back from the device (gathered
   // from every device's vocabulary rows: over MPI every rank must call it).
-  StatusOr<std::vector<float>> logits() const;
+  StatusOr<std::vector<float>> logits() const override;
   // Devices the model is cut over (1 unless load_parallel).
   int devices() const { return devices_; }
 

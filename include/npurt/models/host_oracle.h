@@ -83,9 +83,11 @@ class HostTokenModel final : public TokenModel {
   StatusOr<int32_t> prefill(std::span<const int32_t> tokens) override;
   Status reset() override { return oracle_.reset(); }
   int32_t position() const override { return oracle_.position(); }
+  StatusOr<std::vector<float>> logits() const override;
 
  private:
   HostOracle& oracle_;
+  std::vector<float> logits_;  // of the last step
 };
 
 // Greedy decoding with the oracle: generate() over a HostTokenModel.

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "npurt/base/status.h"
 #include "npurt/models/draft.h"
+#include "npurt/models/sampler.h"
 #include "npurt/models/tokenizer.h"
 
 namespace npurt::models {
@@ -41,7 +43,21 @@ class TokenModel {
   virtual int32_t position() const = 0;
   // Positions the context holds at most (step() past it fails).
   virtual int32_t context_capacity() const { return INT32_MAX; }
+  // The logits (vocab floats) of the token the last step() or prefill() returned the
+  // successor of: what sampling chooses from. The default has none.
+  virtual StatusOr<std::vector<float>> logits() const;
+  // The logits of every token of the last verify() call (n x vocab floats). The
+  // default has none (so generate() does not speculate while sampling).
+  virtual StatusOr<std::vector<float>> verify_logits() const;
 };
+
+// Why generate() stopped.
+enum class FinishReason {
+  kLength,      // max_new_tokens tokens
+  kStopToken,   // the tokenizer's stop token or one of GenerateOptions::stop_tokens
+  kStopString,  // the text reached one of GenerateOptions::stop_strings
+};
+const char* finish_reason_name(FinishReason r);  // "length", "stop_token", "stop_string"
 
 struct GenerateStats {
   int prompt_tokens = 0;
@@ -54,6 +70,10 @@ struct GenerateStats {
   int verify_steps = 0;
   int drafted_tokens = 0;
   int accepted_tokens = 0;
+  FinishReason finish_reason = FinishReason::kLength;
+  // One per returned token when the choices read the logits (sampling, penalties or
+  // top_logprobs): the chosen token's log-probability and the most likely tokens'.
+  std::vector<TokenChoice> choices{};
   // Tokens the decoding passes produced (each plain step one, each verify step one
   // and its accepted drafts): what decode tokens/s counts.
   int decoded_tokens() const { return decode_steps + verify_steps + accepted_tokens; }
@@ -76,21 +96,35 @@ struct GenerateOptions {
   // long as the context (then drafts just stop at the context's end). The output is the
   // same either way, token for token; only the speed differs.
   int speculate = 0;
-  Drafter drafter;  // empty: PromptLookup
+  Drafter drafter{};  // empty: PromptLookup
+  // How each token is chosen (greedy by default). Sampled text depends only on the
+  // prompt, these parameters and the seed: speculation and batching leave it as it is.
+  SamplingParams sampling{};
+  // Token ids that end decoding (not returned), besides the tokenizer's stop token.
+  std::vector<int32_t> stop_tokens{};
+  // Texts that end decoding once the output's text (the tokenizer's token_text of each
+  // token) contains one; needs the tokenizer. The token in which the match starts and
+  // every later one are not returned, and on_token sees a token only once no stop
+  // string can start in it.
+  std::vector<std::string> stop_strings{};
   // What `npurt generate` and the Python package draft unless told otherwise.
   static constexpr int kDefaultSpeculate = 7;
 };
 
-// Greedy decoding: resets `model`, runs `prompt` (model.prefill), then takes the
-// greedy token up to `max_new_tokens` times, feeding each back except the last. With
-// `stop`, a stop token ends decoding and is not returned. `on_token` sees each new
-// token as soon as it is chosen. Returns the new tokens.
+// Decoding: resets `model`, runs `prompt` (model.prefill), then chooses a token up to
+// `max_new_tokens` times (options.sampling: greedy unless told otherwise), feeding each
+// back except the last. With `stop`, a stop token ends decoding and is not returned.
+// `on_token` sees each new token as soon as it is chosen (with stop strings: once it
+// is safe from them). Returns the new tokens.
 //
 // With options.speculate N > 0, a step may instead verify the fed-back token and up to
 // N drafted ones in one model.verify() call, keep the drafts that equal the greedy
 // tokens, take the model's own token after the last of them, and rewind the rest;
 // DraftPolicy decides how many to draft. Verification gives each token the bits a
-// plain step gives it, so the tokens are exactly those of plain greedy decoding.
+// plain step gives it, so the tokens are exactly those of plain greedy decoding; when
+// sampling, each verified token's choice is the one a plain step would make (it is a
+// function of its logits, context and position), so drafts are checked against it and
+// the text is that of plain sampling too.
 StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int32_t>& prompt, int max_new_tokens,
                                         const Tokenizer* stop = nullptr,
                                         const std::function<void(int32_t)>& on_token = {},
