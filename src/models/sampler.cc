@@ -93,9 +93,16 @@ double sum_of(std::span<const float> v) {
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-// Weights relative to the largest of z, exp((z - zmax) / t), one per id. Cloned for
-// AVX2 (twice the lanes; the same operations, so the same bits).
-__attribute__((target_clones("avx2", "default"))) std::vector<float> relative_weights(std::span<const float> z, float zmax, float t) {
+// Cloned for AVX2 (twice the lanes; the same operations, so the same bits), except
+// under ThreadSanitizer, whose runtime is not up yet when the clones' resolver runs.
+#if defined(__SANITIZE_THREAD__)
+#define NPURT_AVX2_CLONE
+#else
+#define NPURT_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#endif
+
+// Weights relative to the largest of z, exp((z - zmax) / t), one per id.
+NPURT_AVX2_CLONE std::vector<float> relative_weights(std::span<const float> z, float zmax, float t) {
   std::vector<float> w(z.size());
   const float inv = 1.0f / t;
   for (size_t i = 0; i < z.size(); ++i) w[i] = exp_nonpositive((z[i] - zmax) * inv);
