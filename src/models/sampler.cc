@@ -119,8 +119,10 @@ StatusOr<std::vector<float>> weights_of(std::span<const float> z, const Sampling
 // Below this many ids a selection sorts them and walks.
 constexpr size_t kSortedWalk = 64;
 
-// Larger logits give larger keys (NaN excluded).
+// Larger logits give larger keys (NaN excluded); -0 and +0 share one, as they compare
+// equal (their order is the ids').
 uint32_t order_key(float v) {
+  if (v == 0.0f) v = 0.0f;
   uint32_t u;
   std::memcpy(&u, &v, sizeof u);
   return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
