@@ -137,7 +137,7 @@ StatusOr<std::vector<int32_t>> generate(TokenModel& model, const std::vector<int
   const SamplingParams& sampling = options.sampling;
   const bool read_logits = !sampling.plain_greedy();
   std::vector<int32_t> context = prompt, out;
-  // The choice after `ctx` from `logits`, or the device's own argmax.
+  // The choice after `ctx` from `logits` (read back only when not plain greedy).
   const auto choose = [&](std::span<const float> logits, std::span<const int32_t> ctx) {
     return choose_token(logits, sampling, ctx, prompt.size());
   };
