@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -213,9 +214,18 @@ TEST(SimDevice, EventAfterAFaultReportsTheFaultToWaiters) {
   const auto code = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
   const auto small = dev->allocate(4).value();
   auto ev = dev->create_event().value();
+  // The faulting launch waits until the event and the wait are enqueued: a stream
+  // already in error would refuse the record itself.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  NPURT_ASSERT_OK(dev->enqueue_host_function(s, [released](const Status&) {
+    released.wait();
+    return Status();
+  }));
   NPURT_ASSERT_OK(dev->launch(s, {code, 1, add_args(small, small, small, 4)}));
   NPURT_ASSERT_OK(dev->record_event(s, ev));
   NPURT_ASSERT_OK(dev->wait_event(consumer, ev));
+  release.set_value();
   EXPECT_EQ(dev->event_synchronize(ev).code(), StatusCode::kDeviceFault);
   Status st = dev->stream_synchronize(consumer);
   EXPECT_EQ(st.code(), StatusCode::kDeviceFault) << "a waiter must not run on a failed producer's data";
