@@ -84,7 +84,11 @@ void expect_same_bits_everywhere(const GgufFile& file, Gemma3Options o, int32_t 
   const std::vector<int32_t> steps = random_tokens(steps_len, vocab, 2);
   const std::vector<int32_t> verify = random_tokens(verify_len, vocab, 3);
   const std::vector<Form> all = forms(with_fallback);
-  ASSERT_GE(all.size(), with_fallback ? 3u : 2u) << "an x86-64 host runs AVX2 and the AVX2 form of the integer products";
+  // Forms with FMA: AVX-512 with and without VNNI, AVX2. An AVX2-only host has one, so
+  // nothing to hold it against but the control.
+  const size_t fma_forms = all.size() - (with_fallback ? 1 : 0);
+  ASSERT_GE(fma_forms, 1u) << "an x86-64 host runs AVX2";
+  if (fma_forms < 2 && !with_fallback) GTEST_SKIP() << "one form with FMA on this host (" << all[0].name << ")";
   std::vector<std::vector<uint32_t>> want;
   for (const Form& f : all) {
     sim::tile_kernels_set_target_for_test(f.target);
@@ -111,6 +115,7 @@ void expect_same_bits_everywhere(const GgufFile& file, Gemma3Options o, int32_t 
   }
   sim::tile_kernels_set_target_for_test(0);
   sim::matvec_set_vnni_for_test(true);
+  if (fma_forms < 2) GTEST_SKIP() << "one form with FMA on this host (" << all[0].name << "): only the control ran";
 }
 
 TEST(HostTargets, SyntheticStepsGiveTheSameBitsUnderEveryTarget) {

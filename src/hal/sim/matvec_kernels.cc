@@ -113,8 +113,13 @@ HWY_INLINE BV NibblePairs(const uint8_t* p, const uint8_t* q) {
   __m512i v = _mm512_mask_broadcast_i32x4(_mm512_broadcast_i32x4(a), 0xff00, b);
   return AndB({_mm512_mask_srli_epi16(v, 0xff00ff00, v, 4)}, 15);
 }
-// Adds 16 to byte j where bit j of bits is set.
-HWY_INLINE BV AddSixteenWhere(BV a, uint64_t bits) {
+// Adds 16 to byte j < 32 where bit j of the 32-bit word at lo is set, and to byte 32 + j
+// where bit j of the word at hi is.
+HWY_INLINE BV AddSixteenWhere(BV a, const uint8_t* lo, const uint8_t* hi) {
+  uint32_t l, h;
+  std::memcpy(&l, lo, 4);
+  std::memcpy(&h, hi, 4);
+  const __mmask64 bits = l | uint64_t{h} << 32;
   return {_mm512_mask_add_epi8(a.v, bits, a.v, _mm512_set1_epi8(16))};
 }
 
@@ -201,22 +206,26 @@ HWY_INLINE BV ShiftLeftHalves(BV a, int lo, int hi) {
 HWY_INLINE BV ShiftRightHalves(BV a, int lo, int hi) {
   return {_mm256_srl_epi16(a.lo, _mm_cvtsi32_si128(lo)), _mm256_srl_epi16(a.hi, _mm_cvtsi32_si128(hi))};
 }
+// The 16 bytes at p in both halves (one load), the upper half shifted right by 4: low
+// nibbles in bytes 0..15, high nibbles in 16..31.
 HWY_INLINE __m256i NibblePair(const uint8_t* p) {
-  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(a, 4), a), _mm256_set1_epi8(15));
+  const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_and_si256(_mm256_srlv_epi64(a, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
 }
 HWY_INLINE BV NibblePairs(const uint8_t* p, const uint8_t* q) { return {NibblePair(p), NibblePair(q)}; }
-// 0x10 in byte j where bit j of bits (32 bits) is set.
-HWY_INLINE __m256i SixteenWhere(uint32_t bits) {
+// 0x10 in byte j where bit j of the 32-bit word at p is set: the word in every dword
+// (one load), byte j / 8 of it spread to byte j, that byte's bit j % 8 tested.
+HWY_INLINE __m256i SixteenWhere(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
   const __m256i spread = _mm256_shuffle_epi8(
       _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
 }
-HWY_INLINE BV AddSixteenWhere(BV a, uint64_t bits) {
-  return {_mm256_add_epi8(a.lo, SixteenWhere(static_cast<uint32_t>(bits))),
-          _mm256_add_epi8(a.hi, SixteenWhere(static_cast<uint32_t>(bits >> 32)))};
+HWY_INLINE BV AddSixteenWhere(BV a, const uint8_t* lo, const uint8_t* hi) {
+  return {_mm256_add_epi8(a.lo, SixteenWhere(lo)), _mm256_add_epi8(a.hi, SixteenWhere(hi))};
 }
 HWY_INLINE __m256i DotDigits256(__m256i w, const int8_t* d) {
   const __m256i s2 = _mm256_madd_epi16(_mm256_maddubs_epi16(w, Load256(d)), _mm256_set1_epi16(1 << 14));
@@ -296,8 +305,11 @@ HWY_INLINE BV NibblePairs(const uint8_t* p, const uint8_t* q) {
   }
   return r;
 }
-HWY_INLINE BV AddSixteenWhere(BV a, uint64_t bits) {
-  for (int j = 0; j < 64; ++j) a.v[j] = static_cast<uint8_t>(a.v[j] + ((bits >> j) & 1) * 16);
+HWY_INLINE BV AddSixteenWhere(BV a, const uint8_t* lo, const uint8_t* hi) {
+  for (int j = 0; j < 64; ++j) {
+    const uint8_t* p = j < 32 ? lo : hi;
+    a.v[j] = static_cast<uint8_t>(a.v[j] + ((p[(j % 32) / 8] >> (j % 8)) & 1) * 16);
+  }
   return a;
 }
 HWY_INLINE IV DotDigitsMadd(BV w, const int8_t* d) {

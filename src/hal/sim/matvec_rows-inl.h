@@ -19,13 +19,6 @@ HWY_INLINE float HalfAt(const uint8_t* p) {
 #endif
 }
 
-template <typename T>
-HWY_INLINE T LoadAt(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 // Q8_0 (kBits 8), Q4_0 (4), Q5_0 (5): a unit is two blocks, a and b (b == a for the
 // odd last block of a row, whose second half then adds nothing); its one piece holds
 // block a's 32 values in bytes 0..31 and b's in 32..63. w: [d_a x 8, d_b x 8].
@@ -45,9 +38,7 @@ struct Q0 {
       return NibblePairs(a + offsetof(isa::BlockQ4_0, qs), b + offsetof(isa::BlockQ4_0, qs));
     } else {
       const BV v = NibblePairs(a + offsetof(isa::BlockQ5_0, qs), b + offsetof(isa::BlockQ5_0, qs));
-      const uint64_t bits = LoadAt<uint32_t>(a + offsetof(isa::BlockQ5_0, qh)) |
-                            uint64_t{LoadAt<uint32_t>(b + offsetof(isa::BlockQ5_0, qh))} << 32;
-      return AddSixteenWhere(v, bits);
+      return AddSixteenWhere(v, a + offsetof(isa::BlockQ5_0, qh), b + offsetof(isa::BlockQ5_0, qh));
     }
   }
 };
@@ -124,24 +115,21 @@ constexpr bool kHasMins = Q::kLayout.mins;
 template <class Q>
 constexpr bool kBiased = Q::kLayout.bias != 0;
 
-// Adds piece p of the units at src[r] (second block, for Q*_0, at src[r] + second)
-// with scales g[r][t] to acc, the vectors' digits at prepared piece `piece`; kLow: the
-// odd last Q*_0 block, lanes 0..7 only.
-template <class Q, size_t R, size_t N, bool kLow>
-HWY_INLINE NPURT_MV_ATTR void AddPiece(const uint8_t* const* src, size_t second, const FV (&g)[R][N], size_t p,
-                                       const PreparedX* const* px, size_t piece, FV (&acc)[R][N]) {
+// Adds piece p of the unit at src (second block, for Q*_0, at src + second) with
+// scales g[t] to acc[t], the vectors' digits at prepared piece `piece`; kLow: the odd
+// last Q*_0 block, lanes 0..7 only. The piece is decoded once for the N vectors.
+template <class Q, size_t N, bool kLow>
+HWY_INLINE NPURT_MV_ATTR void AddPiece(const uint8_t* src, size_t second, const FV (&g)[N], size_t p,
+                                       const PreparedX* const* px, size_t piece, FV (&acc)[N]) {
   constexpr size_t pb = PieceBytes(Q::kLayout);
-  BV w[R];
-  for (size_t r = 0; r < R; ++r) w[r] = Q::Piece(src[r], src[r] + second, p);
+  const BV w = Q::Piece(src, src + second, p);
   for (size_t t = 0; t < N; ++t) {
     const int8_t* dig = px[t]->digits.data() + piece * pb;
-    for (size_t r = 0; r < R; ++r) {
-      IV d = NPURT_MV_DOT(w[r], dig);
-      if constexpr (Q::kLayout.bias != 0) d = SubI(d, LoadI(reinterpret_cast<const int32_t*>(dig + 192)));
-      FV scale = g[r][t];
-      if constexpr (Q::kIndex != nullptr) scale = PermuteF(scale, Q::kIndex[p]);
-      acc[r][t] = kLow ? FmaLowF(ToF(d), scale, acc[r][t]) : FmaF(ToF(d), scale, acc[r][t]);
-    }
+    IV d = NPURT_MV_DOT(w, dig);
+    if constexpr (Q::kLayout.bias != 0) d = SubI(d, LoadI(reinterpret_cast<const int32_t*>(dig + 192)));
+    FV scale = g[t];
+    if constexpr (Q::kIndex != nullptr) scale = PermuteF(scale, Q::kIndex[p]);
+    acc[t] = kLow ? FmaLowF(ToF(d), scale, acc[t]) : FmaF(ToF(d), scale, acc[t]);
   }
 }
 
@@ -165,33 +153,32 @@ HWY_INLINE NPURT_MV_ATTR void DotRows(const uint8_t* const* row, const PreparedX
     for (; pf < (u + 1) * Q::kUnitBytes; pf += 64) {
       for (size_t r = 0; r < R; ++r) hwy::Prefetch(row[r] + pf + kPrefetchBytes);
     }
-    const uint8_t* src[R];
-    FV w[R], g[R][N];
+    // Row by row, each row's scales and pieces decoded right before their products:
+    // what one row needs at a time stays in registers (every accumulator sees the
+    // same operations in the same order as any other loop order would give it).
     for (size_t r = 0; r < R; ++r) {
-      src[r] = row[r] + u * Q::kUnitBytes;
-      w[r] = Q::Load(src[r], src[r] + Q::kUnitBytes / 2);
-      for (size_t t = 0; t < N; ++t) g[r][t] = MulF(w[r], LoadF(px[t]->unit_s.data() + 16 * u));
-    }
+      const uint8_t* src = row[r] + u * Q::kUnitBytes;
+      const FV w = Q::Load(src, src + Q::kUnitBytes / 2);
+      FV g[N];
+      for (size_t t = 0; t < N; ++t) g[t] = MulF(w, LoadF(px[t]->unit_s.data() + 16 * u));
 #pragma GCC unroll 4
-    for (size_t p = 0; p < Q::kPieces; ++p) {
-      AddPiece<Q, R, N, false>(src, Q::kUnitBytes / 2, g, p, px, u * Q::kPieces + p, acc);
-    }
-    if constexpr (Q::kLayout.mins) {
-      for (size_t r = 0; r < R; ++r) {
-        const F8 m = UpperF8(w[r]);
+      for (size_t p = 0; p < Q::kPieces; ++p) {
+        AddPiece<Q, N, false>(src, Q::kUnitBytes / 2, g, p, px, u * Q::kPieces + p, acc[r]);
+      }
+      if constexpr (Q::kLayout.mins) {
+        const F8 m = UpperF8(w);
         for (size_t t = 0; t < N; ++t) macc[r][t] = FmaF8(m, LoadF8(px[t]->min_sums.data() + 8 * u), macc[r][t]);
       }
     }
   }
   if (units * unit_elems < k) {  // Q*_0: one block left, as a unit of it twice
-    const uint8_t* src[R];
-    FV g[R][N];
     for (size_t r = 0; r < R; ++r) {
-      src[r] = row[r] + units * Q::kUnitBytes;
-      const FV w = Q::Load(src[r], src[r]);
-      for (size_t t = 0; t < N; ++t) g[r][t] = MulF(w, LoadF(px[t]->unit_s.data() + 16 * units));
+      const uint8_t* src = row[r] + units * Q::kUnitBytes;
+      const FV w = Q::Load(src, src);
+      FV g[N];
+      for (size_t t = 0; t < N; ++t) g[t] = MulF(w, LoadF(px[t]->unit_s.data() + 16 * units));
+      AddPiece<Q, N, true>(src, 0, g, 0, px, units, acc[r]);
     }
-    AddPiece<Q, R, N, true>(src, 0, g, 0, px, units, acc);
   }
   for (size_t r = 0; r < R; ++r) {
     for (size_t t = 0; t < N; ++t) {
