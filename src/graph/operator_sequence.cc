@@ -375,9 +375,11 @@ std::vector<std::pair<size_t, size_t>> fused_segments(const std::vector<Sequence
   return segments;
 }
 
-// The bytes one step reads and writes, as views of the sequence's buffers.
+// The bytes one step reads and writes, as views of the sequence's buffers, and the
+// blocks [0, grid) that run it.
 struct StepAccess {
   std::vector<View> reads, writes;
+  uint32_t grid = 0;
 };
 
 bool any_overlap(const std::vector<View>& a, const std::vector<View>& b) {
@@ -389,48 +391,70 @@ bool any_overlap(const std::vector<View>& a, const std::vector<View>& b) {
   return false;
 }
 
+// Whether `next` reads bytes `since` writes, or writes bytes it reads or writes.
+bool conflicts(const StepAccess& next, const StepAccess& since) {
+  return any_overlap(next.reads, since.writes) || any_overlap(next.writes, since.reads) ||
+         any_overlap(next.writes, since.writes);
+}
+
+void append(StepAccess& since, const StepAccess& step) {
+  since.reads.insert(since.reads.end(), step.reads.begin(), step.reads.end());
+  since.writes.insert(since.writes.end(), step.writes.begin(), step.writes.end());
+}
+
 // barrier_after[i]: whether every block must finish steps up to i before any block
-// starts step i + 1, because step i + 1 reads bytes that a step since the last
-// barrier writes, or writes bytes that one reads or writes. Independent steps (a
-// layer's q, k and v GEMVs) share a phase. A segment's last step needs none: its
-// launch ends when every block has exited.
+// starts step i + 1, because step i + 1 touches bytes that a step since the last
+// barrier touched (one of the two writing them), on a block other than its own.
+// Independent steps (a layer's q, k and v GEMVs) share a phase. Steps on one block
+// (grid 1) all run on block 0, in program order: a chain of them (a norm, an add, the
+// next norm) shares a phase too, and only a step on several blocks waits for them. A
+// segment's last step needs none: its launch ends when every block has exited.
 std::vector<bool> plan_barriers(const std::vector<StepAccess>& steps) {
   std::vector<bool> barrier_after(steps.size(), false);
-  StepAccess since;
+  StepAccess many, one;  // since the last barrier: steps on several blocks, steps on block 0 alone
   for (size_t i = 0; i + 1 < steps.size(); ++i) {
-    since.reads.insert(since.reads.end(), steps[i].reads.begin(), steps[i].reads.end());
-    since.writes.insert(since.writes.end(), steps[i].writes.begin(), steps[i].writes.end());
+    append(steps[i].grid == 1 ? one : many, steps[i]);
     const StepAccess& next = steps[i + 1];
-    if (!any_overlap(next.reads, since.writes) && !any_overlap(next.writes, since.reads) &&
-        !any_overlap(next.writes, since.writes)) {
-      continue;
-    }
+    if (!conflicts(next, many) && (next.grid == 1 || !conflicts(next, one))) continue;
     barrier_after[i] = true;
-    since = {};
+    many = {};
+    one = {};
   }
   return barrier_after;
 }
 
-// Code of one fused step: runs on blocks [0, grid) of the launch, with the registers
-// it reads before writing cleared as at a block's start, then, if `barrier`, waits
-// for every block.
-Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, bool barrier,
-                       uint32_t* grid, bool* own_barrier) {
-  const isa::Reg gate{0}, limit{1};
-  // The gate needs the step's grid before its code: an operator's grid is a function
-  // of its parameters and the target alone, so a first emission into a scratch
-  // builder tells it, and which registers that code reads first.
+// What a first emission of a step into a scratch builder tells: its grid (a function
+// of the operator's parameters and the target alone), whether its code holds a
+// barrier of its own, and the registers it reads before writing them.
+struct StepProbe {
+  uint32_t grid = 0;
+  bool own_barrier = false;
+  uint32_t read_first = 0;
+};
+
+StatusOr<StepProbe> probe_step(const ops::Operator& op, const ops::EmitContext& ctx) {
   isa::KernelBuilder probe("probe");
   ops::EmitContext probe_ctx{probe, ctx.target, ctx.signature, {}};
   for (const isa::ArgSpec& a : ctx.signature) {
     probe_ctx.args.push_back(a.is_scalar() ? probe.arg_scalar(a.name, a.dtype) : probe.arg_buffer(a.name, a.access, a.dtype));
   }
-  NPURT_ASSIGN_OR_RETURN(*grid, op.emit(probe_ctx));
-  const std::span<const isa::Insn> probe_code = probe.code();
-  *own_barrier = std::any_of(probe_code.begin(), probe_code.end(),
-                             [](const isa::Insn& in) { return in.op == static_cast<uint8_t>(isa::Opcode::kBarrier); });
+  StepProbe out;
+  NPURT_ASSIGN_OR_RETURN(out.grid, op.emit(probe_ctx));
+  const std::span<const isa::Insn> code = probe.code();
+  out.own_barrier = std::any_of(code.begin(), code.end(),
+                                [](const isa::Insn& in) { return in.op == static_cast<uint8_t>(isa::Opcode::kBarrier); });
+  out.read_first = isa::registers_read_first(code);
+  return out;
+}
+
+// Code of one fused step: runs on blocks [0, grid) of the launch, with the registers
+// it reads before writing cleared as at a block's start, then, if `barrier`, waits
+// for every block.
+Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, const StepProbe& probe,
+                       bool barrier) {
+  const isa::Reg gate{0}, limit{1};
   b.block_id(gate);
-  b.li(limit, *grid);
+  b.li(limit, probe.grid);
   b.alu(isa::AluOp::kSub, gate, limit, gate);  // grid - block id
   b.alui(isa::AluOp::kMin, gate, gate, 1);
   b.alui(isa::AluOp::kMax, gate, gate, 0);     // 1 on the step's blocks, else 0
@@ -438,14 +462,13 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   // Clearing only what the code reads first keeps a token's instruction count (and
   // the cores' instruction fetch) to the operators' own work: operators set what they
   // read, and the library's clear nothing here.
-  const uint32_t read_first = isa::registers_read_first(probe.code());
   for (uint8_t r = 0; r < isa::kNumScalarRegs; ++r) {
-    if (read_first >> r & 1) b.li(isa::Reg{r}, 0);
+    if (probe.read_first >> r & 1) b.li(isa::Reg{r}, 0);
   }
   const uint32_t start = b.num_insns();
   NPURT_ASSIGN_OR_RETURN(uint32_t again, op.emit(ctx));
-  if (again != *grid) return internal_error(op.name() + ": grid changed between emissions");
-  if ((isa::registers_read_first(b.code().subspan(start)) & ~read_first) != 0) {
+  if (again != probe.grid) return internal_error(op.name() + ": grid changed between emissions");
+  if ((isa::registers_read_first(b.code().subspan(start)) & ~probe.read_first) != 0) {
     return internal_error(op.name() + ": registers read first changed between emissions");
   }
   b.loop_end();
@@ -546,12 +569,24 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
         arg_index.push_back(a.scalar ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
       }
       std::vector<StepAccess> access;
+      std::vector<StepProbe> probes;
       for (size_t i = first; i < last; ++i) {
-        const auto sig = steps_[i].op->signature();
+        const SequenceStep& st = steps_[i];
+        const auto sig = st.op->signature();
+        ops::EmitContext ctx{b, target, sig, {}};
+        StatusOr<StepProbe> probed = probe_step(*st.op, ctx);
+        if (!probed.ok()) return probed.status().with_context(step_label(i, *st.op));
+        const StepProbe probe = *probed;
+        if (probe.grid > target.cores) {
+          return step_error(i, *st.op, "needs " + std::to_string(probe.grid) + " blocks; a fused sequence runs on " +
+                                           std::to_string(target.cores) + " cores at most");
+        }
+        probes.push_back(probe);
         StepAccess& a = access.emplace_back();
+        a.grid = probe.grid;
         for (size_t j = 0; j < sig.size(); ++j) {
           if (sig[j].is_scalar()) continue;
-          NPURT_ASSIGN_OR_RETURN(View v, seq->resolve(steps_[i].bindings[j]));
+          NPURT_ASSIGN_OR_RETURN(View v, seq->resolve(st.bindings[j]));
           if (sig[j].access != Access::kOut) a.reads.push_back(v);
           if (sig[j].access != Access::kIn) a.writes.push_back(v);
         }
@@ -562,18 +597,13 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
       std::vector<std::pair<size_t, uint32_t>> barrier_steps;  // steps with a barrier of their own, and their grid
       for (size_t i = first; i < last; ++i) {
         const SequenceStep& st = steps_[i];
+        const StepProbe& probe = probes[i - first];
         ops::EmitContext ctx{b, target, st.op->signature(), {}};
         for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
-        uint32_t step_grid = 0;
-        bool own_barrier = false;
-        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, barrier_after[i - first], &step_grid, &own_barrier)
-                                  .with_context(step_label(i, *st.op)));
-        if (step_grid > target.cores) {
-          return step_error(i, *st.op, "needs " + std::to_string(step_grid) + " blocks; a fused sequence runs on " +
-                                           std::to_string(target.cores) + " cores at most");
-        }
-        if (own_barrier) barrier_steps.emplace_back(i, step_grid);
-        grid = std::max(grid, step_grid);
+        NPURT_RETURN_IF_ERROR(
+            emit_fused_step(b, *st.op, ctx, probe, barrier_after[i - first]).with_context(step_label(i, *st.op)));
+        if (probe.own_barrier) barrier_steps.emplace_back(i, probe.grid);
+        grid = std::max(grid, probe.grid);
       }
       // Blocks outside a step's grid skip its code: a barrier inside it would pair with
       // some other barrier of theirs, so such a step must run on every block.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bitset>
 #include <optional>
 #include <string>
 #include <vector>
@@ -301,9 +302,55 @@ InsnIssue check_imm(ImmKind kind, const Insn& insn, uint32_t num_insns) {
   return {};
 }
 
+// Per opcode, the operand, sub-op and flag byte values its rules accept, built once
+// from the same checks: a valid instruction (nearly every one a core fetches) passes
+// with a few table lookups, and only a rejected one runs the checks again for the
+// reason.
+struct Accepts {
+  bool known = false;
+  std::array<std::bitset<256>, 5> operand;
+  std::bitset<256> sub, flags;
+  ImmKind imm = ImmKind::kUnused;
+};
+
+const std::array<Accepts, 256>& accepts_table() {
+  static const std::array<Accepts, 256> table = [] {
+    std::array<Accepts, 256> t{};
+    for (int op = 0; op < 256; ++op) {
+      const OpSpec* spec = op_spec(static_cast<uint8_t>(op));
+      if (spec == nullptr) continue;
+      Accepts& a = t[static_cast<size_t>(op)];
+      a.known = true;
+      a.imm = spec->imm;
+      for (int v = 0; v < 256; ++v) {
+        const auto byte = static_cast<uint8_t>(v);
+        for (int i = 0; i < 5; ++i) {
+          a.operand[static_cast<size_t>(i)][byte] = check_operand(spec->opd[static_cast<size_t>(i)], i, byte).ok();
+        }
+        a.sub[byte] = check_sub(spec->sub, byte).ok();
+        a.flags[byte] = check_flags(spec->flags, byte).ok();
+      }
+    }
+    return t;
+  }();
+  return table;
+}
+
+bool structure_accepted(const Insn& insn, uint32_t num_insns) {
+  const Accepts& a = accepts_table()[insn.op];
+  if (!a.known || !a.operand[0][insn.a] || !a.operand[1][insn.b] || !a.operand[2][insn.c] || !a.operand[3][insn.d] ||
+      !a.operand[4][insn.e] || !a.sub[insn.sub] || !a.flags[insn.flags]) {
+    return false;
+  }
+  if (a.imm == ImmKind::kAny) return true;
+  if (a.imm == ImmKind::kUnused) return insn.imm == 0;
+  return check_imm(a.imm, insn, num_insns).ok();
+}
+
 }  // namespace
 
 InsnIssue check_insn_structure(const Insn& insn, uint32_t num_insns) {
+  if (structure_accepted(insn, num_insns)) return {};
   const OpSpec* spec = op_spec(insn.op);
   if (spec == nullptr) return {"unknown opcode", insn.op};
   const std::array<uint8_t, 5> operands = {insn.a, insn.b, insn.c, insn.d, insn.e};

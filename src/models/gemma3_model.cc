@@ -113,8 +113,8 @@ std::shared_ptr<ops::Gemv> gemv(uint64_t m, uint64_t k, DType weight) {
   return std::make_shared<ops::Gemv>(ops::GemvParams{.m = m, .k = k, .weight = weight});
 }
 
-std::shared_ptr<ops::RmsNorm> rmsnorm(uint64_t rows, uint32_t dim, float eps) {
-  return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = rows, .dim = dim, .eps = eps});
+std::shared_ptr<ops::RmsNorm> rmsnorm(uint64_t rows, uint32_t dim, float eps, uint32_t cores = 0) {
+  return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = rows, .dim = dim, .eps = eps, .cores = cores});
 }
 
 uint32_t context_of(const Gemma3Config& c, const Gemma3Options& o) {
@@ -246,8 +246,10 @@ StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, c
   sum_over_devices("h");
 
   const auto norm_hidden = rmsnorm(1, dim, c.rms_eps);
-  const auto norm_q = rmsnorm(sh.q_heads, static_cast<uint32_t>(hd), c.rms_eps);
-  const auto norm_k = rmsnorm(sh.kv_heads, static_cast<uint32_t>(hd), c.rms_eps);
+  // The heads' norms on one block, as the RoPE and cache appends after them: a few
+  // hundred values each, and a chain of one-block steps shares one phase.
+  const auto norm_q = rmsnorm(sh.q_heads, static_cast<uint32_t>(hd), c.rms_eps, 1);
+  const auto norm_k = rmsnorm(sh.kv_heads, static_cast<uint32_t>(hd), c.rms_eps, 1);
   const auto rope_q = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(sh.q_heads),
                                                                    .head_dim = static_cast<uint32_t>(hd)});
   const auto rope_k = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = static_cast<uint32_t>(sh.kv_heads),

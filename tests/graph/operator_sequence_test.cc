@@ -413,6 +413,40 @@ TEST(OperatorSequence, AStepThatReadsAnotherBlocksRowsWaitsForThem) {
   EXPECT_NE(naive.message().find("never-written"), std::string::npos) << naive.to_string();
 }
 
+// A norm, an add and a second norm each run on block 0 alone (grid 1), so block 0
+// runs them in program order and they share one phase; the GEMV after them runs on
+// every block and reads the second norm's output, so it waits for them: one barrier.
+OperatorSequence one_block_chain(Dispatch d) {
+  auto norm = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 512});
+  auto add = std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = 512});
+  auto gemv = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 512, .k = 512, .weight = DType::kQ8_0});
+  return OperatorSequence("chain",
+                          {{norm, {"x", "g", "a"}}, {add, {"a", "x", "b"}}, {norm, {"b", "g", "c"}}, {gemv, {"w", "c", "y"}}},
+                          {"x", "g", "w"}, {"y"},
+                          {{"x", 512}, {"g", 512}, {"a", 512}, {"b", 512}, {"c", 512}, {"w", 512 * 512}, {"y", 512}}, d);
+}
+
+TEST(OperatorSequence, OneBlockStepsShareAPhaseAndWiderStepsWaitForThem) {
+  std::vector<uint8_t> results[2];
+  HostBuffers host{{"x", random_for(DType::kF32, 512, 31)},
+                   {"g", random_for(DType::kF32, 512, 32)},
+                   {"w", random_for(DType::kQ8_0, 512 * 512, 33)}};
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig({}, /*sanitize=*/true);
+    CompiledSequence& seq = rig.compile(one_block_chain(d));
+    if (d == Dispatch::kFused) {
+      EXPECT_EQ(seq.barriers_per_call(), 1u) << "norm, add and norm on block 0 in one phase, then the GEMV";
+    }
+    for (const char* n : {"x", "g", "w"}) rig.write_raw(seq, n, host[n]);
+    ASSERT_OK(seq.call());
+    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "y");
+  }
+  EXPECT_EQ(results[0], results[1]);
+  HostBuffers ref = host;
+  ASSERT_OK(one_block_chain(Dispatch::kFused).run_reference(ref));
+  EXPECT_LT(rel_l2(as_f32(results[0], DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-5);
+}
+
 // ---- stale instructions --------------------------------------------------------
 
 // Sequence C (a one-block norm, then an add on all 8 cores) runs and is destroyed;
