@@ -21,13 +21,44 @@ struct MoreLikely {
   bool operator()(int32_t a, int32_t b) const { return z[a] > z[b] || (z[a] == z[b] && a < b); }
 };
 
+// Cloned for AVX2 (twice the lanes; the same operations, so the same bits), except
+// under ThreadSanitizer, whose runtime is not up yet when the clones' resolver runs.
+#if defined(__SANITIZE_THREAD__)
+#define NPURT_AVX2_CLONE
+#else
+#define NPURT_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#endif
+
+// Whether any of v is NaN: the largest magnitude's bits, an integer max the compiler
+// vectorizes (the caller finds which one only then).
+NPURT_AVX2_CLONE bool has_nan(std::span<const float> v) {
+  uint32_t m = 0;
+  for (float x : v) m = std::max(m, std::bit_cast<uint32_t>(x) & 0x7fffffffu);
+  return m > 0x7f800000u;
+}
+
+// Larger floats give larger keys (NaN excluded; -0 below +0).
+inline uint32_t float_key(float v) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+}
+
+// The largest of v (no NaN in v), by an integer max over the keys (a float max does
+// not vectorize without giving up NaN and signed-zero rules).
+NPURT_AVX2_CLONE float largest(std::span<const float> v) {
+  uint32_t m = 0;
+  for (float x : v) m = std::max(m, float_key(x));
+  return std::bit_cast<float>((m & 0x80000000u) != 0 ? m & 0x7fffffffu : ~m);
+}
+
 // The logits after the penalties (a copy only when one applies); an error for a NaN
 // logit or a context token outside the vocabulary.
 StatusOr<std::vector<float>> penalized(std::span<const float> logits, const SamplingParams& p,
                                        std::span<const int32_t> context, size_t prompt_len) {
   if (logits.empty()) return invalid_argument("sampling: no logits");
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) return invalid_argument("sampling: the logit of token " + std::to_string(i) + " is NaN");
+  if (has_nan(logits)) {
+    const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return std::isnan(v); });
+    return invalid_argument("sampling: the logit of token " + std::to_string(bad - logits.begin()) + " is NaN");
   }
   std::vector<float> z(logits.begin(), logits.end());
   const bool repetition = p.repetition_penalty != 1.0f, counts = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
@@ -58,12 +89,12 @@ StatusOr<std::vector<float>> penalized(std::span<const float> logits, const Samp
   return z;
 }
 
+// The lowest id of the largest of z (no NaN in z): the largest first, in a pass the
+// compiler vectorizes, then the first id that equals it (-0 equals +0, as in a scan
+// that keeps the first of equal values).
 int32_t argmax(std::span<const float> z) {
-  size_t best = 0;
-  for (size_t i = 1; i < z.size(); ++i) {
-    if (z[i] > z[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
+  const float m = largest(z);
+  return static_cast<int32_t>(std::find(z.begin(), z.end(), m) - z.begin());
 }
 
 // e^x for x <= 0, as 2^n e^r with |r| <= ln2 / 2 and a degree-6 Taylor polynomial for
@@ -93,13 +124,31 @@ double sum_of(std::span<const float> v) {
   return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
 }
 
-// Cloned for AVX2 (twice the lanes; the same operations, so the same bits), except
-// under ThreadSanitizer, whose runtime is not up yet when the clones' resolver runs.
-#if defined(__SANITIZE_THREAD__)
-#define NPURT_AVX2_CLONE
-#else
-#define NPURT_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
-#endif
+// sum_of of w with every id but `ids` (ascending) set to 0, in the same bits: each id
+// adds to the partial sum of its lane (id mod 8) in id order, and the zeros the full
+// pass would add change no sum.
+double sum_at(std::span<const float> w, std::span<const int32_t> ids) {
+  std::array<double, 8> acc{};
+  for (int32_t i : ids) acc[static_cast<size_t>(i) % 8] += w[static_cast<size_t>(i)];
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+// The id where the running sum of the positive weights, in id order, first passes
+// `target`: over every id (`all`), or over `ids` (ascending) only. Rounding may leave
+// the target just past the last sum: then the last positive weight's id.
+int32_t walk_to(double target, std::span<const float> w, bool all, std::span<const int32_t> ids) {
+  int32_t token = 0;
+  double cum = 0.0;
+  const size_t n = all ? w.size() : ids.size();
+  for (size_t j = 0; j < n; ++j) {
+    const size_t i = all ? j : static_cast<size_t>(ids[j]);
+    if (w[i] == 0.0f) continue;
+    token = static_cast<int32_t>(i);
+    cum += w[i];
+    if (cum > target) break;
+  }
+  return token;
+}
 
 // Weights relative to the largest of z, exp((z - zmax) / t), one per id.
 NPURT_AVX2_CLONE std::vector<float> relative_weights(std::span<const float> z, float zmax, float t) {
@@ -121,12 +170,7 @@ constexpr size_t kSortedWalk = 64;
 
 // Larger logits give larger keys (NaN excluded); -0 and +0 share one, as they compare
 // equal (their order is the ids').
-uint32_t order_key(float v) {
-  if (v == 0.0f) v = 0.0f;
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
-}
+uint32_t order_key(float v) { return float_key(v == 0.0f ? 0.0f : v); }
 
 // The fewest most likely of `ids` whose measure (measure(id) each: 1 for a count,
 // the weight for a mass) reaches `need`, in no particular order. A radix selection
@@ -138,8 +182,17 @@ std::vector<int32_t> select_top(std::vector<int32_t> ids, std::span<const float>
   for (int shift = 21; ids.size() > kSortedWalk && shift >= 0; shift -= 11) {
     const uint32_t mask = shift > 0 ? 2047u : 1023u;
     const auto digit = [&](int32_t i) { return (order_key(z[i]) >> shift) & mask; };
+    // Four interleaved tables, summed in a fixed order after: consecutive ids that
+    // fall in one bucket (most of them, at the first level) no longer wait on each
+    // other's additions.
+    // (A count's measure is an integer: its tables count exactly in integers.)
+    using Part = decltype(measure(0));
+    std::vector<Part> part(4 * 2048, Part{0});
+    for (size_t j = 0; j < ids.size(); ++j) part[(j & 3) * 2048 + digit(ids[j])] += measure(ids[j]);
     std::array<double, 2048> hist{};
-    for (int32_t i : ids) hist[digit(i)] += measure(i);
+    for (size_t d = 0; d < hist.size(); ++d) {
+      hist[d] = static_cast<double>((part[d] + part[2048 + d]) + (part[4096 + d] + part[6144 + d]));
+    }
     int64_t b = mask;
     double cum = 0.0;
     for (; b >= 0 && cum + hist[b] < need; --b) cum += hist[b];
@@ -165,6 +218,20 @@ std::vector<int32_t> select_top(std::vector<int32_t> ids, std::span<const float>
   return kept;
 }
 
+// The ids top-p can keep, when every id is a candidate and `spare` is the mass the
+// nucleus may leave out, (1 - p) times the total: those weighing at least spare / (2
+// vocab), for the lighter ones weigh less than spare / 2 together, so the most likely
+// ids reach p of the mass before any of them. Most of a peaked distribution's ids
+// are lighter: the selection then sorts out a few thousand ids, not every one.
+std::vector<int32_t> likely_enough(std::span<const float> w, double spare) {
+  const auto floor = static_cast<float>(spare / (2.0 * static_cast<double>(w.size())));
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (w[i] >= floor) ids.push_back(static_cast<int32_t>(i));
+  }
+  return ids;
+}
+
 bool masks(const SamplingParams& p, size_t vocab) {
   return (p.top_k > 0 && static_cast<size_t>(p.top_k) < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
@@ -176,11 +243,16 @@ std::vector<int32_t> kept_ids(std::span<const float> z, const SamplingParams& p,
   std::vector<int32_t> ids(z.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < ids.size()) {
-    ids = select_top(std::move(ids), z, [](int32_t) { return 1.0; }, p.top_k);
+    ids = select_top(std::move(ids), z, [](int32_t) { return uint32_t{1}; }, p.top_k);
   }
   if (p.top_p < 1.0f) {
     double norm = 0.0;
-    for (int32_t i : ids) norm += w[i];
+    if (ids.size() == w.size()) {
+      norm = sum_of(w);
+      ids = likely_enough(w, (1.0 - static_cast<double>(p.top_p)) * norm);
+    } else {
+      for (int32_t i : ids) norm += w[i];
+    }
     ids = select_top(std::move(ids), z, [&](int32_t i) { return static_cast<double>(w[i]); }, static_cast<double>(p.top_p) * norm);
   }
   if (p.min_p > 0.0f) {
@@ -280,23 +352,22 @@ StatusOr<TokenChoice> choose_token(std::span<const float> logits, const Sampling
     add_logprobs(logits, params, c);
     return c;
   }
-  NPURT_ASSIGN_OR_RETURN(std::vector<float> weights, weights_of(z, params));
+  NPURT_ASSIGN_OR_RETURN(const std::vector<float> w, weights_of(z, params));
   // The kept ids (every id when nothing is masked) walked in id order to where their
   // weights pass u times their sum; the others weigh nothing.
-  std::vector<float> w = std::move(weights);
+  const double u = uniform_at(params.seed, context.size());
   if (masks(params, z.size())) {
-    std::vector<uint8_t> keep(z.size(), 0);
-    for (int32_t i : kept_ids(z, params, w)) keep[i] = 1;
-    for (size_t i = 0; i < w.size(); ++i) w[i] = keep[i] != 0 ? w[i] : 0.0f;
-  }
-  const double target = uniform_at(params.seed, context.size()) * sum_of(w);
-  double cum = 0.0;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (w[i] == 0.0f) continue;
-    // Rounding may leave the target just past the last sum: the last positive weight.
-    c.token = static_cast<int32_t>(i);
-    cum += w[i];
-    if (cum > target) break;
+    std::vector<int32_t> ids = kept_ids(z, params, w);
+    if (ids.size() > z.size() / 16) {  // many (a flat distribution): zeros beat sorting them
+      std::vector<float> kept(w.size(), 0.0f);
+      for (int32_t i : ids) kept[i] = w[i];
+      c.token = walk_to(u * sum_of(kept), kept, true, {});
+    } else {
+      std::sort(ids.begin(), ids.end());
+      c.token = walk_to(u * sum_at(w, ids), w, false, ids);
+    }
+  } else {
+    c.token = walk_to(u * sum_of(w), w, true, {});
   }
   add_logprobs(logits, params, c);
   return c;
