@@ -150,19 +150,23 @@ int32_t walk_to(double target, std::span<const float> w, bool all, std::span<con
   return token;
 }
 
+// The weight of logit v relative to the largest, zmax, at temperature 1 / inv: one
+// expression for the pass over every id and for single ids, so both give its bits.
+inline float relative_weight(float v, float zmax, float inv) { return exp_nonpositive((v - zmax) * inv); }
+
 // Weights relative to the largest of z, exp((z - zmax) / t), one per id.
 NPURT_AVX2_CLONE std::vector<float> relative_weights(std::span<const float> z, float zmax, float t) {
   std::vector<float> w(z.size());
   const float inv = 1.0f / t;
-  for (size_t i = 0; i < z.size(); ++i) w[i] = exp_nonpositive((z[i] - zmax) * inv);
+  for (size_t i = 0; i < z.size(); ++i) w[i] = relative_weight(z[i], zmax, inv);
   return w;
 }
 
-// Sampling weights relative to the most likely token, one per id.
-StatusOr<std::vector<float>> weights_of(std::span<const float> z, const SamplingParams& p) {
+// The largest of the (penalized) logits, which the weights are relative to.
+StatusOr<float> finite_largest(std::span<const float> z) {
   const float zmax = z[argmax(z)];
   if (!std::isfinite(zmax)) return invalid_argument("sampling: no token has a finite logit (largest: " + num(zmax) + ")");
-  return relative_weights(z, zmax, p.temperature);
+  return zmax;
 }
 
 // Below this many ids a selection sorts them and walks.
@@ -236,14 +240,28 @@ bool masks(const SamplingParams& p, size_t vocab) {
   return (p.top_k > 0 && static_cast<size_t>(p.top_k) < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
 
+// Up to this many, top-k keeps the ids of one pass that inserts into a short list.
+constexpr size_t kShortTopK = 256;
+
+std::vector<int32_t> most_likely(std::span<const float> z, size_t n);
+
 // The ids the masks keep, in no particular order: top-k, then top-p over what top-k
 // kept (renormalized), then min-p. Each keeps a most-likely prefix, so the result is
-// one too.
-std::vector<int32_t> kept_ids(std::span<const float> z, const SamplingParams& p, const std::vector<float>& w) {
-  std::vector<int32_t> ids(z.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < ids.size()) {
-    ids = select_top(std::move(ids), z, [](int32_t) { return uint32_t{1}; }, p.top_k);
+// one too. Sets w to the weights relative to zmax: of every id, or, after a short
+// top-k, of the ids it keeps only (the others 0), as nothing else reads them.
+std::vector<int32_t> kept_ids(std::span<const float> z, const SamplingParams& p, float zmax, std::vector<float>& w) {
+  std::vector<int32_t> ids;
+  const bool top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < z.size();
+  if (top_k && static_cast<size_t>(p.top_k) <= kShortTopK) {
+    ids = most_likely(z, static_cast<size_t>(p.top_k));
+    w.assign(z.size(), 0.0f);
+    const float inv = 1.0f / p.temperature;
+    for (int32_t i : ids) w[i] = relative_weight(z[i], zmax, inv);
+  } else {
+    w = relative_weights(z, zmax, p.temperature);
+    ids.resize(z.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    if (top_k) ids = select_top(std::move(ids), z, [](int32_t) { return uint32_t{1}; }, p.top_k);
   }
   if (p.top_p < 1.0f) {
     double norm = 0.0;
@@ -332,8 +350,9 @@ StatusOr<std::vector<Candidate>> sampling_candidates(std::span<const float> logi
   NPURT_RETURN_IF_ERROR(check_sampling(params));
   if (params.temperature == 0.0f) return invalid_argument("sampling: candidates need a temperature > 0");
   NPURT_ASSIGN_OR_RETURN(const std::vector<float> z, penalized(logits, params, context, prompt_len));
-  NPURT_ASSIGN_OR_RETURN(const std::vector<float> w, weights_of(z, params));
-  std::vector<int32_t> ids = kept_ids(z, params, w);
+  NPURT_ASSIGN_OR_RETURN(const float zmax, finite_largest(z));
+  std::vector<float> w;
+  std::vector<int32_t> ids = kept_ids(z, params, zmax, w);
   std::sort(ids.begin(), ids.end(), MoreLikely{z});
   std::vector<Candidate> out;
   double total = 0.0;
@@ -352,12 +371,13 @@ StatusOr<TokenChoice> choose_token(std::span<const float> logits, const Sampling
     add_logprobs(logits, params, c);
     return c;
   }
-  NPURT_ASSIGN_OR_RETURN(const std::vector<float> w, weights_of(z, params));
+  NPURT_ASSIGN_OR_RETURN(const float zmax, finite_largest(z));
   // The kept ids (every id when nothing is masked) walked in id order to where their
   // weights pass u times their sum; the others weigh nothing.
   const double u = uniform_at(params.seed, context.size());
   if (masks(params, z.size())) {
-    std::vector<int32_t> ids = kept_ids(z, params, w);
+    std::vector<float> w;
+    std::vector<int32_t> ids = kept_ids(z, params, zmax, w);
     if (ids.size() > z.size() / 16) {  // many (a flat distribution): zeros beat sorting them
       std::vector<float> kept(w.size(), 0.0f);
       for (int32_t i : ids) kept[i] = w[i];
@@ -367,6 +387,7 @@ StatusOr<TokenChoice> choose_token(std::span<const float> logits, const Sampling
       c.token = walk_to(u * sum_at(w, ids), w, false, ids);
     }
   } else {
+    const std::vector<float> w = relative_weights(z, zmax, params.temperature);
     c.token = walk_to(u * sum_of(w), w, true, {});
   }
   add_logprobs(logits, params, c);
