@@ -1,5 +1,8 @@
 #include "npurt/ops/copy.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "npurt/isa/builder.h"
 #include "ops/emit_util.h"
 
@@ -73,7 +76,7 @@ std::string StridedCopy::name() const {
   return "strided_copy " + dtypes(p_.src_dtype, p_.dst_dtype) + " " + std::to_string(p_.rows) + "x" +
          std::to_string(p_.cols) + " into " + std::to_string(dst_rows()) + (p_.dst_row_runtime ? " at dst_row" : "") +
          (p_.src_row_runtime ? " from src_row of " + std::to_string(src_rows()) : "") +
-         (p_.rows_runtime ? " (runtime rows)" : "");
+         (p_.dst_row_index ? " at dst_row_of" : "") + (p_.rows_runtime ? " (runtime rows)" : "");
 }
 
 Status StridedCopy::validate() const {
@@ -91,6 +94,9 @@ Status StridedCopy::validate() const {
   if (dst_rows() > UINT32_MAX) return invalid_param(op, "dst_rows", "must be < 2^32");
   if (!is_float_io(p_.src_dtype)) return invalid_param(op, "src_dtype", "must be f32, bf16 or f16");
   if (!is_float_io(p_.dst_dtype)) return invalid_param(op, "dst_dtype", "must be f32, bf16 or f16");
+  if (p_.dst_row_index && (p_.dst_row_runtime || p_.src_row_runtime)) {
+    return invalid_param(op, "dst_row_index", "excludes dst_row_runtime and src_row_runtime");
+  }
   return Status();
 }
 
@@ -101,10 +107,51 @@ std::vector<ArgSpec> StridedCopy::signature() const {
   if (p_.dst_row_runtime) s.push_back(ArgSpec::scalar("dst_row", DType::kI32));
   if (p_.src_row_runtime) s.push_back(ArgSpec::scalar("src_row", DType::kI32));
   if (p_.rows_runtime) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
+  if (p_.dst_row_index) s.push_back(ArgSpec::buffer("dst_row_of", Access::kIn, DType::kI32, p_.rows));
   return s;
 }
 
+// dst_row_index: row by row, each to the dst row its index names.
+StatusOr<uint32_t> StridedCopy::emit_indexed(EmitContext& ctx) const {
+  const Target& target = ctx.target;
+  const int64_t row_bytes = static_cast<int64_t>(p_.cols) * esize(p_.dst_dtype);
+  const uint64_t slot_at = align64(static_cast<uint64_t>(row_bytes));
+  NPURT_RETURN_IF_ERROR(local_fits("strided_copy", "cols", slot_at + 4, target));
+  const uint32_t grid = grid_for(p_.rows, cores_of(p_.cores, target));
+  const int64_t src_row_bytes = static_cast<int64_t>(src_stride()) * esize(p_.src_dtype);
+  const int64_t dst_row_bytes = static_cast<int64_t>(dst_stride()) * esize(p_.dst_dtype);
+
+  isa::KernelBuilder& b = ctx.builder;
+  const uint8_t src = ctx.arg("src"), dst = ctx.arg("dst"), index = ctx.arg("dst_row_of");
+  const Reg bid{0}, first{1}, count{2}, total{3}, tiles{4}, per{5}, src_off{6}, dst_off{7}, at{8}, zero{9},
+      gate{10}, scratch{11};
+  const Tile t{0}, slot{1};
+  b.block_id(bid);
+  emit_row_tiles(b, ctx, p_.rows_runtime, p_.rows, 1, 1, grid, {bid, total, tiles, per, first, count});
+  b.alui(AluOp::kMul, src_off, first, src_row_bytes);
+  b.alui(AluOp::kMul, at, first, 4);
+  b.li(zero, 0);
+  b.tdef(t, p_.dst_dtype, 1, static_cast<int>(p_.cols), 0);
+  b.tdef(slot, DType::kI32, 1, 1, static_cast<uint32_t>(slot_at));
+  b.loop_begin(count);
+  b.tld(slot, index, at, DType::kI32);
+  b.tget(dst_off, slot, zero);
+  // Faults (a division by zero) unless 0 <= index < dst_rows.
+  emit_range_gate(b, gate, dst_off, 0, static_cast<int64_t>(dst_rows()), scratch);
+  b.li(scratch, 1);
+  b.alu(AluOp::kDiv, gate, scratch, gate);
+  b.alui(AluOp::kMul, dst_off, dst_off, dst_row_bytes);
+  b.tld(t, src, src_off, p_.src_dtype);
+  b.tst(t, dst, dst_off, p_.dst_dtype);
+  b.alui(AluOp::kAdd, src_off, src_off, src_row_bytes);
+  b.alui(AluOp::kAdd, at, at, 4);
+  b.loop_end();
+  b.reserve_local(static_cast<uint32_t>(slot_at + 4));
+  return grid;
+}
+
 StatusOr<uint32_t> StridedCopy::emit(EmitContext& ctx) const {
+  if (p_.dst_row_index) return emit_indexed(ctx);
   const Target& target = ctx.target;
   constexpr char op[] = "strided_copy";
   const uint64_t rpt = p_.rows_per_tile
@@ -164,7 +211,20 @@ void StridedCopy::compute_reference(std::span<const HostArg> args) const {
   size_t next = 2;
   const int64_t first = p_.dst_row_runtime ? args[next++].as_i64() : 0;
   const int64_t src_first = p_.src_row_runtime ? args[next++].as_i64() : 0;
-  const int64_t rows = p_.rows_runtime ? args[next].as_i64() : static_cast<int64_t>(p_.rows);
+  const int64_t rows = p_.rows_runtime ? args[next++].as_i64() : static_cast<int64_t>(p_.rows);
+  if (p_.dst_row_index) {
+    std::vector<int32_t> to(p_.rows);
+    std::memcpy(to.data(), args[next].bytes.data(), to.size() * 4);
+    const int64_t n = std::clamp<int64_t>(rows, 0, static_cast<int64_t>(p_.rows));
+    for (int64_t r = 0; r < n; ++r) {
+      if (to[r] < 0 || static_cast<uint64_t>(to[r]) >= dst_rows()) return;  // the device faults
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      for (uint32_t c = 0; c < p_.cols; ++c) dst[to[r] * dst_stride() + c] = src[r * src_stride() + c];
+    }
+    write_f32(args[1], p_.dst_dtype, dst);
+    return;
+  }
   // The device faults on out-of-range rows; the reference then writes nothing.
   if (first < 0 || src_first < 0 || rows < 0 || static_cast<uint64_t>(rows) > p_.rows) return;
   if (static_cast<uint64_t>(first + rows) > dst_rows() || static_cast<uint64_t>(src_first + rows) > src_rows()) return;

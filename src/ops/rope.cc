@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "npurt/isa/builder.h"
@@ -54,6 +55,7 @@ std::string Rope::name() const {
   std::string n = std::string(kOp) + " neox " + std::to_string(p_.n_heads) + "x" + std::to_string(p_.head_dim);
   if (rotary_dim() != p_.head_dim) n += " rot " + std::to_string(rotary_dim());
   if (p_.tokens) n += " tokens " + std::to_string(p_.tokens);
+  if (p_.positions) n += " at positions";
   return n;
 }
 
@@ -64,6 +66,7 @@ Status Rope::validate() const {
   if (p_.head_dim > 65534) return invalid_param(kOp, "head_dim", "must be <= 65534");
   if (p_.rotary_dim % 2 != 0) return invalid_param(kOp, "rotary_dim", "must be even");
   if (p_.rotary_dim > p_.head_dim) return invalid_param(kOp, "rotary_dim", "must be <= head_dim");
+  if (p_.positions && p_.tokens == 0) return invalid_param(kOp, "positions", "needs tokens > 0");
   return Status();
 }
 
@@ -73,6 +76,7 @@ std::vector<ArgSpec> Rope::signature() const {
                          ArgSpec::buffer("out", Access::kOut, DType::kF32, n), ArgSpec::scalar("pos", DType::kI32),
                          ArgSpec::scalar("base", DType::kF32)};
   if (p_.tokens) s.push_back(ArgSpec::scalar(kRowsScalar, DType::kI32));
+  if (p_.positions) s.push_back(ArgSpec::buffer("positions", Access::kIn, DType::kI32, p_.tokens));
   return s;
 }
 
@@ -179,7 +183,8 @@ StatusOr<uint32_t> Rope::emit_batched(EmitContext& ctx) const {
   const uint32_t inv_at = table, pos_at = 2 * table, cos_at = static_cast<uint32_t>(pos_at + align64(rpt * 4)),
                  sin_at = cos_at + part, x1_at = sin_at + part, x2_at = x1_at + part, p1_at = x2_at + part,
                  p2_at = p1_at + part, tail_at = p2_at + part;
-  const uint64_t local = tail_at + rpt * tail * 4;
+  const uint32_t slot_at = static_cast<uint32_t>(align64(tail_at + rpt * tail * 4));  // an i32 position
+  const uint64_t local = p_.positions ? slot_at + 4 : tail_at + rpt * tail * 4;
   NPURT_RETURN_IF_ERROR(local_fits(kOp, "head_dim", local, target));
   const uint32_t grid = grid_for(ceil_div(p_.tokens, tpt), cores_of(p_.cores, target));
   const int64_t head_bytes = int64_t{p_.head_dim} * 4;
@@ -194,8 +199,8 @@ StatusOr<uint32_t> Rope::emit_batched(EmitContext& ctx) const {
   const uint32_t exponents_at = b.add_constant_values(std::span<const float>(exponents));
   const uint32_t rows_const_at = b.add_constant_values(std::span<const float>(token_of_row));
   const Reg bid{0}, first{1}, count{2}, total{3}, tiles{4}, per{5}, left{6}, rows{7}, off{8}, off2{9}, stride{10},
-      scratch{11}, tok{12}, pos{13}, bytes{14};
-  const Tile te{0}, tinv{1}, tpos{2}, tcos{3}, tsin{4}, tx1{5}, tx2{6}, tp1{7}, tp2{8}, ttail{9};
+      scratch{11}, tok{12}, pos{13}, bytes{14}, toks{15}, view{16}, at{17}, zero{18};
+  const Tile te{0}, tinv{1}, tpos{2}, tcos{3}, tsin{4}, tx1{5}, tx2{6}, tp1{7}, tp2{8}, ttail{9}, tview{10}, tslot{11};
 
   // Inverse frequencies, once per block, as the one-token form computes them.
   b.tdef(te, DType::kF32, 1, static_cast<int>(half), 0);
@@ -215,7 +220,12 @@ StatusOr<uint32_t> Rope::emit_batched(EmitContext& ctx) const {
   b.alui(AluOp::kMul, left, left, p_.n_heads);  // rows from the tile on
   b.alui(AluOp::kMul, off, tok, int64_t{p_.n_heads} * head_bytes);
   b.li(stride, p_.head_dim);
-  b.arg_value(pos, ctx.arg("pos"));
+  if (p_.positions) {
+    b.li(zero, 0);
+    b.tdef(tslot, DType::kI32, 1, 1, slot_at);
+  } else {
+    b.arg_value(pos, ctx.arg("pos"));
+  }
   b.loop_begin(count);
   b.alui(AluOp::kMin, rows, left, static_cast<int64_t>(rpt));  // the last tile may be short
   b.tdef(tpos, DType::kF32, rows, 1, pos_at);
@@ -225,12 +235,28 @@ StatusOr<uint32_t> Rope::emit_batched(EmitContext& ctx) const {
   b.tdef(tx2, DType::kF32, rows, static_cast<int>(half), x2_at);
   b.tdef(tp1, DType::kF32, rows, static_cast<int>(half), p1_at);
   b.tdef(tp2, DType::kF32, rows, static_cast<int>(half), p2_at);
-  // Row positions pos + token: exact in f32 below 2^24.
-  b.li(scratch, rows_const_at);
-  b.tld(tpos, isa::kConstArg, scratch, DType::kF32);
-  b.alu(AluOp::kAdd, scratch, pos, tok);
-  b.i2f(scratch, scratch);
-  b.tsop(BinOp::kAdd, tpos, tpos, scratch);
+  if (p_.positions) {
+    // Each token's heads get f32(positions[token]), as the one-token form's i2f.
+    b.alui(AluOp::kDiv, toks, rows, p_.n_heads);
+    b.li(view, 0);
+    b.alui(AluOp::kMul, at, tok, 4);
+    b.loop_begin(toks);
+    b.tdef(tview, DType::kF32, static_cast<int>(p_.n_heads), 1, pos_at, view);
+    b.tld(tslot, ctx.arg("positions"), at, DType::kI32);
+    b.tget(scratch, tslot, zero);
+    b.i2f(scratch, scratch);
+    b.tfill(tview, scratch);
+    b.alui(AluOp::kAdd, view, view, int64_t{p_.n_heads} * 4);
+    b.alui(AluOp::kAdd, at, at, 4);
+    b.loop_end();
+  } else {
+    // Row positions pos + token: exact in f32 below 2^24.
+    b.li(scratch, rows_const_at);
+    b.tld(tpos, isa::kConstArg, scratch, DType::kF32);
+    b.alu(AluOp::kAdd, scratch, pos, tok);
+    b.i2f(scratch, scratch);
+    b.tsop(BinOp::kAdd, tpos, tpos, scratch);
+  }
   b.tbcast(tcos, tinv, isa::kBcastRow);
   b.tbin(BinOp::kMul, tcos, tcos, tpos, isa::kBcastCol);
   b.tun(UnOp::kSin, tsin, tcos);
@@ -252,8 +278,13 @@ void Rope::compute_reference(std::span<const HostArg> args) const {
   const int64_t tokens = p_.tokens ? std::clamp<int64_t>(args[4].as_i64(), 0, p_.tokens) : 1;
   const uint32_t rot = rotary_dim(), half = rot / 2;
   std::vector<float> out = p_.tokens ? read_f32(args[1], DType::kF32) : x;
+  std::vector<int32_t> positions;
+  if (p_.positions) {
+    positions.resize(p_.tokens);
+    std::memcpy(positions.data(), args[5].bytes.data(), positions.size() * 4);
+  }
   for (int64_t t = 0; t < tokens; ++t) {
-    const float pos = static_cast<float>(pos0 + t);
+    const float pos = static_cast<float>(p_.positions ? positions[t] : pos0 + t);
     const size_t at = static_cast<size_t>(t) * p_.n_heads * p_.head_dim;
     for (uint32_t h = 0; h < p_.n_heads; ++h) {  // dimensions past rotary_dim pass through
       for (uint32_t i = rot; i < p_.head_dim; ++i) out[at + size_t{h} * p_.head_dim + i] = x[at + size_t{h} * p_.head_dim + i];

@@ -273,3 +273,74 @@ TEST(RuntimeRows, BatchedRopeIsTheOneTokenRope) {
 
 }  // namespace
 }  // namespace npurt::ops
+
+namespace npurt::ops {
+namespace {
+
+// Positions from a buffer (a batch of sequences, each at its own position): the
+// reference, and each token bitwise the one-token Rope at its position.
+TEST(RuntimeRows, RopeAtBufferPositionsIsTheOneTokenRopeAtEach) {
+  const uint32_t heads = 4, dim = 256;
+  const std::vector<int32_t> positions{0, 4095, 7, 1000, 1, 513, 99, 2048, 3, 12, 300};
+  const int64_t rows = 9;
+  Rope batched({.n_heads = heads, .head_dim = dim, .cores = 3, .tokens = 11, .positions = true});
+  OpHarness hb(batched, 11);
+  testing::Bytes at(positions.size() * 4);
+  std::memcpy(at.data(), positions.data(), at.size());
+  hb.set_bytes("positions", at);
+  hb.set_scalar("pos", HostArg::i64(77));  // unused with positions
+  hb.set_scalar("base", HostArg::f32(1e6f));
+  hb.set_scalar("rows", HostArg::i64(rows));
+  ASSERT_TRUE(hb.runs());
+  EXPECT_LE(hb.rel_l2("out"), 1e-4);  // f32 angles up to pos 4095 (rope.h)
+  const testing::Bytes& x = hb.input_bytes("x");
+  const testing::Bytes& y = hb.device_bytes("out");
+  Rope one({.n_heads = heads, .head_dim = dim});
+  const size_t token_bytes = size_t{heads} * dim * 4;
+  for (int64_t i = 0; i < rows; ++i) {
+    OpHarness h1(one, 10);
+    h1.set_bytes("x", testing::Bytes(x.begin() + i * token_bytes, x.begin() + (i + 1) * token_bytes));
+    h1.set_scalar("pos", HostArg::i64(positions[i]));
+    h1.set_scalar("base", HostArg::f32(1e6f));
+    ASSERT_TRUE(h1.runs());
+    EXPECT_EQ(0, std::memcmp(h1.device_bytes("out").data(), y.data() + i * token_bytes, token_bytes)) << "token " << i;
+  }
+  expect_rejects<Rope>({.n_heads = 4, .head_dim = 256, .positions = true}, "positions");
+}
+
+}  // namespace
+}  // namespace npurt::ops
+
+namespace npurt::ops {
+namespace {
+
+// The paged KV append: each row to the dst row its index names, the other rows kept;
+// an index outside dst faults.
+TEST(RuntimeRows, StridedCopyToIndexedRowsWritesThoseRowsOnly) {
+  const StridedCopyParams p{.rows = 5, .cols = 256, .dst_rows = 40, .rows_runtime = true, .dst_row_index = true,
+                            .dst_dtype = DType::kF16, .cores = 3};
+  StridedCopy op(p);
+  const auto run_with = [&](std::vector<int32_t> to, int64_t rows) {
+    auto h = std::make_unique<OpHarness>(op, 4);
+    testing::Bytes at(to.size() * 4);
+    std::memcpy(at.data(), to.data(), at.size());
+    h->set_bytes("dst_row_of", at);
+    h->set_scalar("rows", HostArg::i64(rows));
+    return h;
+  };
+  const auto h = run_with({7, 0, 39, 12, 3}, 4);
+  ASSERT_TRUE(h->runs());
+  EXPECT_TRUE(h->close_to_reference("dst", 0.0));
+  // Row 3 of dst is the fifth index's, past the 4 rows run: it keeps its bytes.
+  const size_t row = 256 * 2;
+  EXPECT_EQ(0, std::memcmp(h->device_bytes("dst").data() + 3 * row, h->input_bytes("dst").data() + 3 * row, row));
+  EXPECT_NE(0, std::memcmp(h->device_bytes("dst").data() + 39 * row, h->input_bytes("dst").data() + 39 * row, row));
+  for (int32_t bad : {40, -1, 1 << 30}) {
+    const auto f = run_with({7, 0, bad, 12, 3}, 4);
+    EXPECT_EQ(f->run().code(), StatusCode::kDeviceFault) << "index " << bad;
+  }
+  expect_rejects<StridedCopy>({.cols = 8, .dst_row_runtime = true, .dst_row_index = true}, "dst_row_index");
+}
+
+}  // namespace
+}  // namespace npurt::ops

@@ -16,6 +16,10 @@
 //   dst_row), and with rows_runtime only the first "rows" rows (the last scalar) are
 //   copied: batched prefill appends a runtime number of KV rows and takes the last
 //   token's row this way. src then has src_rows rows (0: rows).
+//   With dst_row_index, src row r goes to row dst_row_of[r] of dst instead, from the
+//   i32 buffer "dst_row_of" (rows entries, the last argument): the KV append of a
+//   batch of sequences into a paged pool (models/kv_blocks.h's AppendPlan::rows). An
+//   index outside [0, dst_rows) faults the launch before that row is stored.
 //   Buffers: src has (rows - 1) * src_stride + cols elements, dst
 //   (dst_rows - 1) * dst_stride + cols, so a copy may target a column slice.
 //
@@ -68,6 +72,9 @@ struct StridedCopyParams {
   bool src_row_runtime = false;
   // The i32 scalar "rows" (last): only the first `rows` rows are copied at run time.
   bool rows_runtime = false;
+  // The i32 buffer "dst_row_of" (last) gives each row's dst row; not with dst_row_runtime
+  // or src_row_runtime.
+  bool dst_row_index = false;
   isa::DType src_dtype = isa::DType::kF32;
   isa::DType dst_dtype = isa::DType::kF32;
   uint32_t rows_per_tile = 0;  // 0: chosen by the operator
@@ -90,6 +97,7 @@ class StridedCopy final : public OperatorWith<StridedCopyParams, InPlace::kUnsaf
   uint64_t dst_stride() const { return p_.dst_stride ? p_.dst_stride : p_.cols; }
   uint64_t dst_rows() const { return p_.dst_rows ? p_.dst_rows : p_.rows; }
   uint64_t src_rows() const { return p_.src_rows ? p_.src_rows : p_.rows; }
+  StatusOr<uint32_t> emit_indexed(EmitContext& ctx) const;
 };
 
 struct TransposeParams {

@@ -50,6 +50,11 @@ struct RopeParams {
   // rotation are the same f32 operations as the one-token form, so token i's result
   // is bit-identical to a one-token launch at pos + i.
   uint32_t tokens = 0;
+  // With tokens > 0: token i is at position positions[i], from the i32 buffer
+  // "positions" (tokens entries, the last argument), instead of pos + i ("pos" is then
+  // unused): a batch of sequences, each at its own position. Token i's result is
+  // bit-identical to a one-token launch at positions[i].
+  bool positions = false;
 };
 
 class Rope final : public OperatorWith<RopeParams, InPlace::kSafe> {
