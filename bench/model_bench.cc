@@ -38,6 +38,7 @@
 #include "hal/sim/tile_kernels.h"
 #include "memory_peers.h"
 #include "npurt/models/gemma3_model.h"
+#include "npurt/models/kv_blocks.h"
 #include "npurt/models/sampler.h"
 #include "npurt/models/tokenizer.h"
 #include "npurt/ops/gemv.h"
@@ -119,6 +120,38 @@ Decode decode_run(models::Gemma3Model& model, const std::vector<int32_t>& prompt
          "decode");
   d.tokens_per_s = d.stats.decoded_tokens() / d.stats.decode_seconds;
   return d;
+}
+
+// Batched decode over the paged KV cache: B sequences, each fed `prompt` tokens of
+// `text` from its own offset (untimed), then `steps` timed decode_batch() calls of one
+// greedy token per sequence. Tokens per second over all sequences.
+double batched_decode_tps(models::Gemma3Model& model, const std::vector<int32_t>& text, uint32_t B, int prompt,
+                          int steps) {
+  models::KvBlocks kv = or_die(models::KvBlocks::create({.blocks = model.kv_blocks(),
+                                                         .block_positions = model.kv_block_positions()}),
+                               "kv blocks");
+  std::vector<int32_t> next(B);
+  std::vector<std::vector<uint32_t>> tables(B);
+  std::vector<models::BatchToken> batch(B);
+  for (uint32_t s = 0; s < B; ++s) {
+    or_die(StatusOr<uint32_t>(kv.add(s, std::span(text).subspan(s, 1))), "add");
+    next[s] = text[s];
+  }
+  auto call = [&](int i) {
+    for (uint32_t s = 0; s < B; ++s) {
+      const int32_t token = i < prompt ? text[(s + i) % text.size()] : next[s];
+      const int32_t position = static_cast<int32_t>(or_die(kv.length(s), "length"));
+      const models::AppendPlan plan = or_die(kv.append(s, std::span(&token, 1)), "append");
+      const auto t = or_die(kv.table(s), "table");
+      tables[s].assign(t.begin(), t.end());
+      batch[s] = {token, position, tables[s], plan.rows[0]};
+    }
+    next = or_die(model.decode_batch(batch), "decode_batch");
+  };
+  for (int i = 0; i < prompt; ++i) call(i);
+  const auto t = Clock::now();
+  for (int i = 0; i < steps; ++i) call(prompt + i);
+  return double(B) * steps / seconds_since(t);
 }
 
 // One repetition: prefill of 64 and 512 tokens, then `tokens` decode steps after the 64.
@@ -543,6 +576,26 @@ int main(int argc, char** argv) {
   const uint32_t T = model.max_prefill_chunk();
   const models::Gemma3Config config = c;
   sim.reset();
+  {
+    // Many sequences per pass: a model with the batched step over a pool of 16
+    // sequences x 128 positions (16 each fed, then 32 timed), medians of the reps.
+    constexpr int kFed = 16, kSteps = 32;
+    models::Gemma3Options bo = mo;
+    bo.prefill_chunk = 0;
+    bo.verify_tokens = 0;
+    bo.batch_sequences = 16;
+    bo.kv_blocks = 16 * 128 / bo.kv_block_positions;
+    auto batched = or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
+    std::printf("  batched decode, paged KV (%u-position blocks): tokens/s over all sequences, against %u x the\n"
+                "  one-sequence decode above (%.1f) and %u x its bandwidth floor (%.1f)\n",
+                batched->kv_block_positions(), 16u, decode, 16u, floor_tps);
+    for (uint32_t B : {1u, 2u, 4u, 8u, 16u}) {
+      std::vector<double> tps;
+      for (int r = 0; r < a.reps; ++r) tps.push_back(batched_decode_tps(*batched, p64, B, kFed, kSteps));
+      std::printf("    %2u sequences                %10.1f tokens/s  %5.2fx %u x decode, %5.2fx %u x floor\n", B,
+                  median(tps), median(tps) / (B * decode), B, median(tps) / (B * floor_tps), B);
+    }
+  }
   if (T > 0) print_breakdown(file, config, cores, T, T / median(p512_tps));
   print_verify_breakdown(file, config, cores, 8, median(read_gbs));
   return 0;

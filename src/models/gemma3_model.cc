@@ -9,6 +9,7 @@
 #include <string>
 
 #include "models/gemma3_shard.h"
+#include "npurt/base/math.h"
 #include "npurt/comm/collective_steps.h"
 #include "npurt/hal/handles.h"
 #include "npurt/hal/sim_device.h"
@@ -19,6 +20,7 @@
 #include "npurt/ops/elementwise.h"
 #include "npurt/ops/embedding.h"
 #include "npurt/ops/gemv.h"
+#include "npurt/ops/paged_attention.h"
 #include "npurt/ops/prefill_attention.h"
 #include "npurt/ops/rmsnorm.h"
 #include "npurt/ops/rope.h"
@@ -129,15 +131,17 @@ struct LayerBindings {
   const char* rope_base = nullptr;
 };
 
-StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, const Gemma3Shard& sh, uint32_t ctx,
-                                   int32_t l, StepList& s) {
+// `cache_rows`: rows of the layer's caches, "k_cache.<l>" and "v_cache.<l>" (ctx
+// positions), or with `paged` "k_pool.<l>" and "v_pool.<l>" (the paged pool's rows).
+StatusOr<LayerBindings> bind_layer(const GgufFile& file, const Gemma3Config& c, const Gemma3Shard& sh,
+                                   uint64_t cache_rows, int32_t l, StepList& s, bool paged = false) {
   auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
   const uint64_t hidden = c.hidden, hd = c.head_dim, kv_dim = uint64_t(sh.kv_heads) * hd;
   LayerBindings b;
-  b.kc = "k_cache." + std::to_string(l);
-  b.vc = "v_cache." + std::to_string(l);
-  s.size(b.kc, ctx * kv_dim);
-  s.size(b.vc, ctx * kv_dim);
+  b.kc = (paged ? "k_pool." : "k_cache.") + std::to_string(l);
+  b.vc = (paged ? "v_pool." : "v_cache.") + std::to_string(l);
+  s.size(b.kc, cache_rows * kv_dim);
+  s.size(b.vc, cache_rows * kv_dim);
   NPURT_ASSIGN_OR_RETURN(b.attn_norm, s.weight(file, t("attn_norm"), hidden));
   NPURT_ASSIGN_OR_RETURN(b.q_norm, s.weight(file, t("attn_q_norm"), hd));
   NPURT_ASSIGN_OR_RETURN(b.k_norm, s.weight(file, t("attn_k_norm"), hd));
@@ -461,6 +465,133 @@ StatusOr<ShardedStep> prefill_chunk(const GgufFile& file, const Gemma3Config& c,
   return batched_step(file, c, o, sh, comm, Batched::kPrefill);
 }
 
+// The paged KV pool's shape for `o`: positions per block, blocks, table entries per
+// sequence.
+struct PoolShape {
+  uint32_t block_positions = 0, blocks = 0, max_blocks = 0;
+};
+
+StatusOr<PoolShape> pool_shape(const Gemma3Config& c, const Gemma3Options& o) {
+  if (o.batch_sequences > isa::kMaxTmvBatch) {
+    return invalid_argument("gemma3: batch_sequences " + std::to_string(o.batch_sequences) +
+                            " is above the batched kernels' " + std::to_string(isa::kMaxTmvBatch));
+  }
+  if (o.kv_block_positions == 0) return invalid_argument("gemma3: kv_block_positions is 0");
+  PoolShape p;
+  p.block_positions = o.kv_block_positions;
+  p.max_blocks = static_cast<uint32_t>(ceil_div(context_of(c, o), p.block_positions));
+  p.blocks = o.kv_blocks ? o.kv_blocks : o.batch_sequences * p.max_blocks;
+  return p;
+}
+
+// The batched decode step: B sequences (the "rows" scalar, up to batch_sequences), one
+// token each at its own position ("positions"), through the decode step's
+// batch-invariant kernels; each appends its keys and values at its pool row
+// ("kv_rows") and attends through its block table ("tables", "lens" = position + 1).
+// Every sequence's logits and argmax ("next", B i32).
+StatusOr<ShardedStep> paged_batch_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
+                                       const Gemma3Shard& sh) {
+  NPURT_RETURN_IF_ERROR(check_head_dims(c));
+  NPURT_RETURN_IF_ERROR(check_kv_cache(o));
+  NPURT_ASSIGN_OR_RETURN(const PoolShape pool, pool_shape(c, o));
+  const uint32_t B = o.batch_sequences;
+  const uint64_t hidden = c.hidden, hd = c.head_dim;
+  const uint64_t q_dim = sh.q_heads * hd, kv_dim = sh.kv_heads * hd, ffn = sh.ffn;
+  const uint64_t pool_rows = uint64_t{pool.blocks} * pool.block_positions;
+  const LayerSlices cut = layer_slices(c, sh);
+  StepList s;
+  for (const char* input : {"tokens", "positions", "lens", "kv_rows"}) s.size(input, B);
+  s.size("tables", uint64_t{B} * pool.max_blocks);
+  size_activations(s, c, sh, B, /*capitals=*/true);
+
+  auto matvec = [&](const std::string& name, uint64_t m, uint64_t k, std::string in, std::string out,
+                    TensorSlice slice) -> Status {
+    NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
+    NPURT_RETURN_IF_ERROR(s.weight(file, name, m * k, slice).status());
+    s.add(std::make_shared<ops::Gemv>(ops::GemvParams{.m = m, .k = k, .weight = t, .batch = B, .batch_runtime = true}),
+          {name, std::move(in), std::move(out), kPrefillRows});
+    return Status();
+  };
+  auto rms = [&](uint64_t rows, uint64_t d) {
+    return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{
+        .rows = rows, .dim = static_cast<uint32_t>(d), .eps = c.rms_eps, .rows_runtime = true});
+  };
+  auto rowwise = [&](ops::ElementwiseKind kind, uint64_t row) {
+    return std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = kind, .n = B * row, .row_elems = row});
+  };
+
+  const std::string embd = "token_embd.weight";
+  NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
+  NPURT_RETURN_IF_ERROR(s.weight(file, embd, hidden * sh.vocab, vocab_slice(sh)).status());
+  s.add(embedding(c, sh, embd_type, B), {embd, "tokens", "H", kPrefillRows});
+
+  const auto norm_rows = rms(B, hidden);
+  const auto norm_q = rms(B * sh.q_heads, hd), norm_k = rms(B * sh.kv_heads, hd);
+  auto rope = [&](int32_t heads) {
+    return std::make_shared<ops::Rope>(ops::RopeParams{
+        .n_heads = static_cast<uint32_t>(heads), .head_dim = static_cast<uint32_t>(hd), .tokens = B, .positions = true});
+  };
+  const auto rope_q = rope(sh.q_heads), rope_k = rope(sh.kv_heads);
+  const auto append = std::make_shared<ops::StridedCopy>(ops::StridedCopyParams{.rows = B,
+                                                                                .cols = static_cast<uint32_t>(kv_dim),
+                                                                                .dst_rows = pool_rows,
+                                                                                .rows_runtime = true,
+                                                                                .dst_row_index = true,
+                                                                                .dst_dtype = o.kv_cache});
+  auto attention = [&](bool global) {
+    return std::make_shared<ops::PagedDecodeAttention>(ops::PagedDecodeAttentionParams{
+        .n_heads = static_cast<uint32_t>(sh.q_heads),
+        .n_kv_heads = static_cast<uint32_t>(sh.kv_heads),
+        .head_dim = static_cast<uint32_t>(hd),
+        .block_positions = pool.block_positions,
+        .blocks = pool.blocks,
+        .max_blocks = pool.max_blocks,
+        .sequences = B,
+        .window = global ? 0u : static_cast<uint32_t>(c.sliding_window),
+        .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+        .kv_dtype = o.kv_cache});
+  };
+  const auto attend_local = attention(false), attend_global = attention(true);
+  const auto add = rowwise(ops::ElementwiseKind::kAdd, hidden);
+  const auto gelu_mul = rowwise(ops::ElementwiseKind::kGeluTanhMul, ffn);
+
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    auto t = [&](const char* what) { return gemma3_block_tensor(l, what); };
+    NPURT_ASSIGN_OR_RETURN(const LayerBindings lb, bind_layer(file, c, sh, pool_rows, l, s, /*paged=*/true));
+    s.add(norm_rows, {"H", lb.attn_norm, "X", kPrefillRows});
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_q"), q_dim, hidden, "X", "Q", cut.q));
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_k"), kv_dim, hidden, "X", "K", cut.kv));
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_v"), kv_dim, hidden, "X", "V", cut.kv));
+    s.add(norm_q, {"Q", lb.q_norm, "Q", kPrefillQRows});
+    s.add(norm_k, {"K", lb.k_norm, "K", kPrefillKvRows});
+    s.add(rope_q, {"Q", "Q", "pos", lb.rope_base, kPrefillRows, "positions"});
+    s.add(rope_k, {"K", "K", "pos", lb.rope_base, kPrefillRows, "positions"});
+    s.add(append, {"K", lb.kc, kPrefillRows, "kv_rows"});
+    s.add(append, {"V", lb.vc, kPrefillRows, "kv_rows"});
+    s.add(c.is_global(l) ? attend_global : attend_local, {"Q", lb.kc, lb.vc, "tables", "lens", "ATTN", kPrefillRows});
+    NPURT_RETURN_IF_ERROR(matvec(t("attn_output"), hidden, q_dim, "ATTN", "A", cut.attn_out));
+    s.add(norm_rows, {"A", lb.post_attn, "A", kPrefillRows});
+    s.add(add, {"H", "A", "H", kPrefillRows});
+    s.add(norm_rows, {"H", lb.ffn_norm, "X", kPrefillRows});
+    NPURT_RETURN_IF_ERROR(matvec(t("ffn_gate"), ffn, hidden, "X", "G", cut.ffn_rows));
+    NPURT_RETURN_IF_ERROR(matvec(t("ffn_up"), ffn, hidden, "X", "U", cut.ffn_rows));
+    s.add(gelu_mul, {"G", "U", "G", kPrefillRows});
+    NPURT_RETURN_IF_ERROR(matvec(t("ffn_down"), hidden, ffn, "G", "F", cut.ffn_down));
+    s.add(norm_rows, {"F", lb.post_ffw, "F", kPrefillRows});
+    s.add(add, {"H", "F", "H", kPrefillRows});
+  }
+  const GgufTensor* head = gemma3_output_weight(file);
+  if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
+  NPURT_ASSIGN_OR_RETURN(std::string out_norm, s.weight(file, "output_norm.weight", hidden));
+  s.add(norm_rows, {"H", out_norm, "X", kPrefillRows});
+  s.size("logits", uint64_t{B} * sh.vocab);
+  s.size("next", B);
+  NPURT_RETURN_IF_ERROR(matvec(std::string(head->name), sh.vocab, hidden, "X", "logits", vocab_slice(sh)));
+  s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = sh.vocab, .vectors = B, .vectors_runtime = true}),
+        {"logits", "next", kPrefillRows});
+  return s.finish(o, "gemma3_batch", {"tokens", "positions", "lens", "tables", "kv_rows"});
+}
+
 }  // namespace
 
 StatusOr<graph::OperatorSequence> gemma3_decode_step(const GgufFile& file, const Gemma3Config& c,
@@ -537,6 +668,16 @@ StatusOr<uint64_t> upload_weights(const GgufFile& file, const ShardedStep& step,
   return read;
 }
 
+// The first n elements of `v`, read back from the device.
+template <typename T>
+StatusOr<std::vector<T>> read_leading(MemoryContext& memory, const View& v, size_t n) {
+  NPURT_ASSIGN_OR_RETURN(View head, v.subview(0, n * sizeof(T)));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, memory.read(head));
+  std::vector<T> out(n);
+  std::memcpy(out.data(), g.bytes().data(), n * sizeof(T));
+  return out;
+}
+
 }  // namespace
 
 Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, const Gemma3Options& options,
@@ -586,6 +727,22 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
     NPURT_ASSIGN_OR_RETURN(part.verify_next, part.verify->get_buffer("next"));
     NPURT_ASSIGN_OR_RETURN(part.verify_logits, part.verify->get_buffer("logits"));
   }
+  if (options.batch_sequences > 0) {
+    if (size > 1) return invalid_argument(who + ": the batched decode step runs on one device");
+    NPURT_ASSIGN_OR_RETURN(ShardedStep batch, paged_batch_step(file, config, options, shard));
+    graph::CompileOptions weights_only = co;  // its caches are the pool's, not these
+    std::erase_if(weights_only.shared, [&](const auto& kv) { return file.tensor(kv.first) == nullptr; });
+    auto compiled_batch = batch.sequence.compile(runtime, weights_only);
+    if (!compiled_batch.ok()) return compiled_batch.status().with_context(sizes + ", compiling the batched decode step");
+    part.batch = std::move(compiled_batch).value();
+    const std::pair<View Part::*, const char*> views[] = {
+        {&Part::batch_tokens, "tokens"}, {&Part::batch_positions, "positions"}, {&Part::batch_lens, "lens"},
+        {&Part::batch_tables, "tables"}, {&Part::batch_rows, "kv_rows"},     {&Part::batch_next, "next"},
+        {&Part::batch_logits, "logits"}};
+    for (const auto& [view, name] : views) {
+      NPURT_ASSIGN_OR_RETURN(part.*view, part.batch->get_buffer(name));
+    }
+  }
   NPURT_ASSIGN_OR_RETURN(part.weight_bytes, upload_weights(file, step, *part.seq, runtime.memory(), progress));
   return Status();
 }
@@ -602,6 +759,13 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, R
   NPURT_RETURN_IF_ERROR(load_part(file, config, options, model->parts_[0], 0, 1, progress));
   if (options.prefill_chunk > 0) model->chunk_ = model->max_chunk_ = std::min(options.prefill_chunk, model->max_context_);
   model->max_verify_ = std::min(options.verify_tokens, model->max_context_);
+  if (options.batch_sequences > 0) {
+    NPURT_ASSIGN_OR_RETURN(const PoolShape pool, pool_shape(config, options));
+    model->max_batch_ = options.batch_sequences;
+    model->pool_blocks_ = pool.blocks;
+    model->pool_block_positions_ = pool.block_positions;
+    model->pool_max_blocks_ = pool.max_blocks;
+  }
   return model;
 }
 
@@ -682,22 +846,78 @@ StatusOr<std::vector<int32_t>> Gemma3Model::verify(std::span<const int32_t> toke
   NPURT_RETURN_IF_ERROR(run_parts(&Part::verify, scalars));
   position_ += static_cast<int32_t>(n);
   last_verify_ = static_cast<uint32_t>(n);
-  NPURT_ASSIGN_OR_RETURN(View next, p.verify_next.subview(0, tokens.size() * sizeof(int32_t)));
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, p.runtime->memory().read(next));
-  std::vector<int32_t> out(tokens.size());
-  std::memcpy(out.data(), g.bytes().data(), tokens.size_bytes());
-  return out;
+  return read_leading<int32_t>(p.runtime->memory(), p.verify_next, tokens.size());
+}
+
+StatusOr<std::vector<int32_t>> Gemma3Model::decode_batch(std::span<const BatchToken> batch) {
+  if (max_batch_ == 0) return failed_precondition("gemma3: loaded without a batched decode step (batch_sequences 0)");
+  if (batch.empty() || batch.size() > max_batch_) {
+    return invalid_argument("gemma3: decode_batch of " + std::to_string(batch.size()) +
+                            " sequences; the compiled step takes 1 .. " + std::to_string(max_batch_));
+  }
+  const uint32_t bp = pool_block_positions_, mb = pool_max_blocks_;
+  const size_t n = batch.size();
+  std::vector<int32_t> tokens(n), positions(n), lens(n), rows(n), tables(n * mb, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const BatchToken& b = batch[i];
+    const std::string who = "gemma3: decode_batch sequence " + std::to_string(i);
+    if (b.token < 0 || b.token >= config_.vocab) {
+      return invalid_argument(who + ": token " + std::to_string(b.token) + " is outside the vocabulary of " +
+                              std::to_string(config_.vocab));
+    }
+    if (b.position < 0 || static_cast<uint64_t>(b.position) >= uint64_t{mb} * bp) {
+      return out_of_range(who + ": position " + std::to_string(b.position) + " is outside 0 .. " +
+                          std::to_string(uint64_t{mb} * bp - 1));
+    }
+    const size_t need = static_cast<size_t>(b.position) / bp + 1;
+    if (b.table.size() < need || b.table.size() > mb) {
+      return invalid_argument(who + ": a table of " + std::to_string(b.table.size()) + " blocks; position " +
+                              std::to_string(b.position) + " needs " + std::to_string(need) + " (at most " +
+                              std::to_string(mb) + ")");
+    }
+    if (b.row >= uint64_t{pool_blocks_} * bp || b.row / bp != b.table[need - 1] || b.row % bp != b.position % bp) {
+      return invalid_argument(who + ": row " + std::to_string(b.row) + " is not position " +
+                              std::to_string(b.position) + "'s row of its table");
+    }
+    for (size_t j = 0; j < b.table.size(); ++j) {
+      // Blocks the window released (KvBlocks::kNoBlock) read as -1; the kernel reads
+      // only the attended ones, and faults on one outside the pool.
+      tables[i * mb + j] = b.table[j] < pool_blocks_ ? static_cast<int32_t>(b.table[j]) : -1;
+    }
+    tokens[i] = b.token;
+    positions[i] = b.position;
+    lens[i] = b.position + 1;
+    rows[i] = static_cast<int32_t>(b.row);
+  }
+  Part& p = parts_[0];
+  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_tokens, tokens));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_positions, positions));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_lens, lens));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_tables, tables));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_rows, rows));
+  const auto count = static_cast<int64_t>(n);
+  const graph::Scalars scalars{{kPrefillRows, count},
+                               {kPrefillQRows, count * p.q_heads},
+                               {kPrefillKvRows, count * p.kv_heads},
+                               {"pos", 0},  // RoPE reads "positions" instead
+                               {kRopeLocal, Gemma3Config::kRopeBaseLocal},
+                               {kRopeGlobal, config_.rope_base_global}};
+  last_batch_ = 0;
+  NPURT_RETURN_IF_ERROR(run_parts(&Part::batch, scalars));
+  last_batch_ = static_cast<uint32_t>(n);
+  return read_leading<int32_t>(p.runtime->memory(), p.batch_next, n);
+}
+
+StatusOr<std::vector<float>> Gemma3Model::batch_logits() const {
+  if (last_batch_ == 0) return failed_precondition("gemma3: no decode_batch() call yet");
+  const Part& p = parts_[0];
+  return read_leading<float>(p.runtime->memory(), p.batch_logits, size_t{last_batch_} * config_.vocab);
 }
 
 StatusOr<std::vector<float>> Gemma3Model::verify_logits() const {
   if (last_verify_ == 0) return failed_precondition("gemma3: no verify() call yet");
   const Part& p = parts_[0];
-  const size_t n = size_t{last_verify_} * static_cast<size_t>(config_.vocab);
-  NPURT_ASSIGN_OR_RETURN(View v, p.verify_logits.subview(0, n * sizeof(float)));
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, p.runtime->memory().read(v));
-  std::vector<float> out(n);
-  std::memcpy(out.data(), g.bytes().data(), n * sizeof(float));
-  return out;
+  return read_leading<float>(p.runtime->memory(), p.verify_logits, size_t{last_verify_} * config_.vocab);
 }
 
 Status Gemma3Model::run_parts(Which which, const graph::Scalars& scalars) {
@@ -839,7 +1059,12 @@ StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t core
   // 2 elements per layer, position and kv dim of the device's heads; the rest is
   // intermediates and code. GM pages are reserved lazily, so the margin costs nothing.
   const uint64_t kv_heads = c.n_kv_heads % devices == 0 ? c.n_kv_heads / devices : 1;
-  const uint64_t kv = uint64_t{context_of(c, options)} * c.n_layers * 2 * kv_heads * c.head_dim *
+  uint64_t positions = context_of(c, options);
+  if (options.batch_sequences > 0) {  // the paged pool's positions too
+    NPURT_ASSIGN_OR_RETURN(const PoolShape pool, pool_shape(c, options));
+    positions += uint64_t{pool.blocks} * pool.block_positions;
+  }
+  const uint64_t kv = positions * c.n_layers * 2 * kv_heads * c.head_dim *
                       std::max<uint64_t>(isa::dtype_size(options.kv_cache), 1);
   hal::SimOptions o;
   o.num_cores = cores;

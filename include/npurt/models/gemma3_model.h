@@ -58,8 +58,24 @@ struct Gemma3Options {
   // bf16, half the bytes every decode step's attention reads (keys and values are
   // rounded once, when appended; docs/models.md says what that costs in logits).
   isa::DType kv_cache = isa::DType::kF32;
+  // Batched decode over a paged KV cache (decode_batch()): the most sequences one call
+  // runs (1 .. 16); 0 compiles none. Their keys and values live in a pool of kv_blocks
+  // blocks of kv_block_positions positions per layer (0 blocks: enough for
+  // batch_sequences sequences of max_context positions), apart from the one-sequence
+  // cache; models/kv_blocks.h hands out the blocks.
+  uint32_t batch_sequences = 0;
+  uint32_t kv_blocks = 0;
+  uint32_t kv_block_positions = 16;
   // WRONG, for tests only: the prefill attention ignores the sliding window.
   bool prefill_ignores_window_for_test = false;
+};
+
+// One sequence's token in a decode_batch() call.
+struct BatchToken {
+  int32_t token = 0;
+  int32_t position = 0;               // its position in its sequence
+  std::span<const uint32_t> table;    // its sequence's block table (KvBlocks::table)
+  uint32_t row = 0;                   // the pool row its keys and values go to (AppendPlan::rows)
 };
 
 // The decode step of `config` over the tensors of `file` (their stored dtypes decide
@@ -137,6 +153,22 @@ class Gemma3Model final : public TokenModel {
   int32_t position() const override { return position_; }
   int32_t context_capacity() const override { return static_cast<int32_t>(max_context_); }
 
+  // Batched decode (Gemma3Options::batch_sequences > 0): one pass over the weights
+  // for 1 .. max_batch() sequences, each token at its own position, its keys and
+  // values appended at its row of the paged pool and attended through its block
+  // table. Returns each one's greedy successor. A sequence's logits are bitwise the
+  // same whatever else the batch holds, its slot and the batch's size. Independent of
+  // step() and position(): the pool is not the one-sequence cache.
+  StatusOr<std::vector<int32_t>> decode_batch(std::span<const BatchToken> batch);
+  // The logits of every sequence of the last decode_batch() call (n x vocab floats).
+  StatusOr<std::vector<float>> batch_logits() const;
+  uint32_t max_batch() const { return max_batch_; }
+  // The paged pool's blocks and positions per block (KvBlocksOptions for it).
+  uint32_t kv_blocks() const { return pool_blocks_; }
+  uint32_t kv_block_positions() const { return pool_block_positions_; }
+  // The batched decode step's sequence; nullptr when compiled without one.
+  const graph::CompiledSequence* batch_sequence() const { return parts_[0].batch.get(); }
+
   // The logits of the last step (vocab floats), read back from the device (gathered
   // from every device's vocabulary rows: over MPI every rank must call it).
   StatusOr<std::vector<float>> logits() const override;
@@ -168,6 +200,8 @@ class Gemma3Model final : public TokenModel {
     View prefill_tokens, prefill_next, prefill_logits;
     std::unique_ptr<graph::CompiledSequence> verify;
     View verify_tokens, verify_next, verify_logits;
+    std::unique_ptr<graph::CompiledSequence> batch;
+    View batch_tokens, batch_positions, batch_lens, batch_tables, batch_rows, batch_next, batch_logits;
     uint64_t weight_bytes = 0;
     int32_t q_heads = 0, kv_heads = 0;  // of its shard
   };
@@ -192,6 +226,8 @@ class Gemma3Model final : public TokenModel {
   bool last_prefill_ = false;  // which sequence's logits are the last
   uint32_t chunk_ = 0, max_chunk_ = 0;
   uint32_t max_verify_ = 0, last_verify_ = 0;  // compiled tokens; tokens of the last verify()
+  uint32_t max_batch_ = 0, last_batch_ = 0;    // compiled sequences; sequences of the last decode_batch()
+  uint32_t pool_blocks_ = 0, pool_block_positions_ = 0, pool_max_blocks_ = 0;
   Gemma3Config config_;
   uint32_t max_context_ = 0;
   int32_t position_ = 0;
