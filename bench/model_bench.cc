@@ -586,9 +586,9 @@ int main(int argc, char** argv) {
     bo.batch_sequences = 16;
     bo.kv_blocks = 16 * 128 / bo.kv_block_positions;
     auto batched = or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
-    std::printf("  batched decode, paged KV (%u-position blocks): tokens/s over all sequences, against %u x the\n"
-                "  one-sequence decode above (%.1f) and %u x its bandwidth floor (%.1f)\n",
-                batched->kv_block_positions(), 16u, decode, 16u, floor_tps);
+    std::printf("  batched decode, paged KV (%u-position blocks): tokens/s over all B sequences, and that over B x\n"
+                "  the one-sequence decode above (%.1f) and over B x its bandwidth floor (%.1f)\n",
+                batched->kv_block_positions(), decode, floor_tps);
     for (uint32_t B : {1u, 2u, 4u, 8u, 16u}) {
       std::vector<double> tps;
       for (int r = 0; r < a.reps; ++r) tps.push_back(batched_decode_tps(*batched, p64, B, kFed, kSteps));
