@@ -1,0 +1,220 @@
+#include "npurt/models/batch_engine.h"
+
+#include <algorithm>
+#include <string>
+
+#include "npurt/base/math.h"
+
+namespace npurt::models {
+namespace {
+
+std::string request_name(RequestId id) { return "batch engine: request " + std::to_string(id); }
+
+}  // namespace
+
+StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::create(std::shared_ptr<Gemma3Model> model) {
+  if (model == nullptr) return invalid_argument("batch engine: no model");
+  if (model->max_batch() == 0) {
+    return failed_precondition("batch engine: the model was loaded without a batched decode step "
+                               "(Gemma3Options::batch_sequences 0)");
+  }
+  NPURT_ASSIGN_OR_RETURN(KvBlocks kv,
+                         KvBlocks::create({.blocks = model->kv_blocks(), .block_positions = model->kv_block_positions()}));
+  return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(model), std::move(kv)));
+}
+
+StatusOr<BatchEngine::Request*> BatchEngine::find(RequestId id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return not_found(request_name(id) + " does not exist");
+  return &it->second;
+}
+
+StatusOr<const BatchEngine::Request*> BatchEngine::find(RequestId id) const {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return not_found(request_name(id) + " does not exist");
+  return &it->second;
+}
+
+StatusOr<RequestId> BatchEngine::submit(EngineRequest request, OnToken on_token) {
+  const int32_t vocab = model_->config().vocab;
+  if (request.prompt.empty()) return invalid_argument("batch engine: the prompt is empty");
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    if (request.prompt[i] < 0 || request.prompt[i] >= vocab) {
+      return invalid_argument("batch engine: prompt token " + std::to_string(i) + " (" +
+                              std::to_string(request.prompt[i]) + ") is outside the vocabulary of " +
+                              std::to_string(vocab));
+    }
+  }
+  if (request.max_tokens < 1) return invalid_argument("batch engine: max_tokens " + std::to_string(request.max_tokens) + " is below 1");
+  // The last chosen token is never fed: the sequence holds prompt + max_tokens - 1.
+  const uint64_t positions = request.prompt.size() + static_cast<uint64_t>(request.max_tokens) - 1;
+  if (positions > model_->max_context()) {
+    return out_of_range("batch engine: a prompt of " + std::to_string(request.prompt.size()) + " tokens and " +
+                        std::to_string(request.max_tokens) + " new ones need " + std::to_string(positions) +
+                        " positions; the context holds " + std::to_string(model_->max_context()));
+  }
+  NPURT_RETURN_IF_ERROR(check_sampling(request.sampling));
+  const RequestId id = next_id_++;
+  Request& r = requests_[id];
+  r.params = std::move(request);
+  r.on_token = std::move(on_token);
+  queue_.push_back(id);
+  return id;
+}
+
+void BatchEngine::admit() {
+  while (running_.size() < model_->max_batch() && !queue_.empty()) {
+    const RequestId id = queue_.front();
+    Request& r = requests_.at(id);
+    // After a preemption the output so far is recomputed with the prompt.
+    r.context = r.params.prompt;
+    r.context.insert(r.context.end(), r.output.begin(), r.output.end());
+    // Not while the pool could not hold its context beside the running ones: it would
+    // only be preempted again (alone it is admitted, and fails if it cannot fit).
+    const uint64_t need = ceil_div(r.context.size() + 1, kv_.block_positions());
+    if (!running_.empty() && need > kv_.free_blocks()) break;
+    queue_.pop_front();
+    const StatusOr<uint32_t> shared = kv_.add(id, r.context);
+    if (!shared.ok()) {
+      r.failure = shared.status();
+      r.state = RequestState::kFailed;
+      continue;
+    }
+    r.cached = *shared;
+    r.state = RequestState::kRunning;
+    running_.push_back(id);
+  }
+}
+
+void BatchEngine::end(RequestId id, RequestState state) {
+  Request& r = requests_.at(id);
+  if (r.state == RequestState::kRunning) {
+    (void)kv_.remove(id);  // it exists while running
+    running_.erase(std::find(running_.begin(), running_.end(), id));
+  } else if (r.state == RequestState::kQueued) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), id));
+  }
+  r.state = state;
+}
+
+void BatchEngine::preempt_newest() {
+  const RequestId id = running_.back();
+  (void)kv_.remove(id);
+  running_.pop_back();
+  requests_.at(id).state = RequestState::kQueued;
+  queue_.push_front(id);
+  ++preemptions_;
+}
+
+std::vector<BatchToken> BatchEngine::plan_step(std::vector<std::vector<uint32_t>>& tables) {
+  for (;;) {
+    std::vector<BatchToken> batch;
+    tables.assign(running_.size(), {});
+    size_t s = 0;
+    Status full;
+    for (; s < running_.size(); ++s) {
+      const RequestId id = running_[s];
+      const Request& r = requests_.at(id);
+      const int32_t token = r.context[r.cached];
+      const StatusOr<AppendPlan> plan = kv_.append(id, std::span(&token, 1));
+      if (!plan.ok()) {
+        full = plan.status();
+        break;
+      }
+      const std::span<const uint32_t> t = *kv_.table(id);
+      tables[s].assign(t.begin(), t.end());
+      batch.push_back({token, static_cast<int32_t>(r.cached), tables[s], plan->rows[0]});
+    }
+    if (full.ok()) return batch;
+    // Out of blocks: undo this pass's appends, then make room and plan again.
+    for (size_t i = 0; i < s; ++i) (void)kv_.truncate(running_[i], static_cast<uint32_t>(requests_.at(running_[i]).cached));
+    if (running_.size() > 1) {
+      preempt_newest();
+      continue;
+    }
+    Request& alone = requests_.at(running_[0]);
+    alone.failure = full.with_context("the pool cannot hold it alone");
+    end(running_[0], RequestState::kFailed);
+    if (running_.empty()) return {};
+  }
+}
+
+void BatchEngine::take(RequestId id, Request& r, int32_t t) {
+  const auto& stops = r.params.stop_tokens;
+  if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+    r.reason = FinishReason::kStopToken;
+    end(id, RequestState::kFinished);
+    return;
+  }
+  r.output.push_back(t);
+  r.context.push_back(t);
+  if (r.on_token) r.on_token(id, t);
+  if (r.output.size() >= static_cast<size_t>(r.params.max_tokens)) {
+    r.reason = FinishReason::kLength;
+    end(id, RequestState::kFinished);
+  }
+}
+
+StatusOr<size_t> BatchEngine::step() {
+  admit();
+  std::vector<std::vector<uint32_t>> tables;
+  const std::vector<BatchToken> batch = plan_step(tables);
+  if (batch.empty()) return size_t{0};
+  const std::vector<RequestId> ids = running_;  // the batch's slots
+  NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, model_->decode_batch(batch));
+  std::vector<float> logits;
+  for (size_t s = 0; s < ids.size(); ++s) {
+    Request& r = requests_.at(ids[s]);
+    if (++r.cached < r.context.size()) continue;  // still in its prompt
+    int32_t t = next[s];
+    if (!r.params.sampling.plain_greedy()) {
+      if (logits.empty()) {
+        NPURT_ASSIGN_OR_RETURN(logits, model_->batch_logits());
+      }
+      const size_t vocab = logits.size() / ids.size();
+      NPURT_ASSIGN_OR_RETURN(const TokenChoice c,
+                             choose_token(std::span(logits).subspan(s * vocab, vocab), r.params.sampling, r.context,
+                                          r.params.prompt.size()));
+      t = c.token;
+    }
+    take(ids[s], r, t);
+  }
+  return batch.size();
+}
+
+Status BatchEngine::run_until_idle() {
+  while (!queue_.empty() || !running_.empty()) NPURT_RETURN_IF_ERROR(step().status());
+  return ok_status();
+}
+
+Status BatchEngine::cancel(RequestId id) {
+  NPURT_ASSIGN_OR_RETURN(Request * r, find(id));
+  if (r->state != RequestState::kQueued && r->state != RequestState::kRunning) {
+    return failed_precondition(request_name(id) + " has already ended");
+  }
+  end(id, RequestState::kCancelled);
+  return ok_status();
+}
+
+StatusOr<RequestState> BatchEngine::state(RequestId id) const {
+  NPURT_ASSIGN_OR_RETURN(const Request* r, find(id));
+  return r->state;
+}
+
+StatusOr<std::vector<int32_t>> BatchEngine::output(RequestId id) const {
+  NPURT_ASSIGN_OR_RETURN(const Request* r, find(id));
+  return r->output;
+}
+
+StatusOr<FinishReason> BatchEngine::finish_reason(RequestId id) const {
+  NPURT_ASSIGN_OR_RETURN(const Request* r, find(id));
+  if (r->state != RequestState::kFinished) return failed_precondition(request_name(id) + " has not finished");
+  return r->reason;
+}
+
+Status BatchEngine::failure(RequestId id) const {
+  NPURT_ASSIGN_OR_RETURN(const Request* r, find(id));
+  return r->failure;
+}
+
+}  // namespace npurt::models
