@@ -4,6 +4,9 @@
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <dlfcn.h>
@@ -13,12 +16,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <variant>
 #include <mutex>
 #include <optional>
 #include <system_error>
 
 #include "common.h"
 #include "npurt/comm/device_group.h"
+#include "npurt/models/batch_engine.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
@@ -112,7 +118,8 @@ Sampling sampling_of(float temperature, int top_k, float top_p, float min_p, flo
 class Gemma3 {
  public:
   Gemma3(std::optional<std::string> path, const std::string& device, uint32_t cores, uint32_t max_context,
-         uint32_t prefill_chunk, int devices, const std::string& kv_cache) {
+         uint32_t prefill_chunk, int devices, const std::string& kv_cache, uint32_t batch, uint32_t kv_blocks)
+      : batch_(batch), kv_blocks_(kv_blocks) {
     if (device != "sim" && device != "host") {
       raise_status(invalid_argument("unknown device '" + device + "' (expected 'sim' or 'host')"));
     }
@@ -120,6 +127,9 @@ class Gemma3 {
       raise_status(invalid_argument("kv_cache '" + kv_cache + "': expected 'f32', 'f16' or 'bf16'"));
     }
     kv_cache_ = kv_cache == "f16" ? isa::DType::kF16 : kv_cache == "bf16" ? isa::DType::kBF16 : isa::DType::kF32;
+    if (batch > 0 && (device != "sim" || devices != 1)) {
+      raise_status(invalid_argument("batch=" + std::to_string(batch) + " runs on one simulated NPU (device 'sim', devices=1)"));
+    }
     if (device == "host" && devices != 1) {
       raise_status(invalid_argument("the host oracle runs on no NPU: devices must be 1, got " +
                                     std::to_string(devices)));
@@ -265,6 +275,8 @@ class Gemma3 {
     mo.max_context = max_context;
     mo.prefill_chunk = prefill_chunk;
     mo.kv_cache = kv_cache_;
+    mo.batch_sequences = batch_;
+    mo.kv_blocks = kv_blocks_;
     if (devices == 1) {
       NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_sim(*file_, cores, mo));
     } else {
@@ -292,7 +304,8 @@ class Gemma3 {
   std::unique_ptr<models::GgufFile> file_;
   std::unique_ptr<models::Tokenizer> tokenizer_;
   models::Gemma3Config config_;
-  std::unique_ptr<models::Gemma3Model> sim_;
+  uint32_t batch_ = 0, kv_blocks_ = 0;
+  std::shared_ptr<models::Gemma3Model> sim_;
   std::unique_ptr<models::HostOracle> oracle_;
   std::unique_ptr<models::HostTokenModel> host_model_;
   models::TokenModel* model_ = nullptr;
@@ -310,6 +323,103 @@ class Gemma3 {
     };
   }
   std::mutex mu_;
+  friend class Engine;
+};
+
+// npurt.Engine: requests continuously batched over a Gemma3(batch=N) model
+// (models::BatchEngine). Keeps its model alive; its calls and the model's generate()
+// take turns (the model's mutex), with the GIL released while the device runs.
+class Engine {
+ public:
+  explicit Engine(Gemma3& g) : g_(g) {
+    if (!g.sim_ || g.sim_->max_batch() == 0) {
+      raise_status(failed_precondition("npurt.Engine needs a model loaded with batch=N (N sequences per pass)"));
+    }
+    engine_ = take(models::BatchEngine::create(g.sim_));
+  }
+
+  // A request: `prompt` as text (encoded with BOS) or token ids; it ends after
+  // max_tokens tokens or at the tokenizer's stop token or one of stop_tokens.
+  models::RequestId submit(const std::variant<std::string, std::vector<int32_t>>& prompt, int max_tokens,
+                           const Sampling& sampling, const std::optional<std::vector<int32_t>>& stop_tokens) {
+    models::EngineRequest r;
+    r.prompt = std::holds_alternative<std::string>(prompt) ? g_.encode(std::get<std::string>(prompt))
+                                                            : std::get<std::vector<int32_t>>(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling = sampling.params;
+    if (stop_tokens) r.stop_tokens = *stop_tokens;
+    for (int32_t id = 0; id < g_.config().vocab; ++id) {
+      if (g_.tokenizer_->is_stop(id)) r.stop_tokens.push_back(id);
+    }
+    std::lock_guard<std::mutex> lock(g_.mu_);
+    return take(engine_->submit(std::move(r)));
+  }
+
+  // One pass over the weights: the (request, token) pairs chosen in it.
+  std::vector<std::pair<models::RequestId, int32_t>> step() {
+    std::vector<std::pair<models::RequestId, int32_t>> events;
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(g_.mu_);
+      const std::map<models::RequestId, size_t> before = lengths();
+      s = engine_->step().status();
+      for (const auto& [id, n] : before) {
+        const std::vector<int32_t> out = engine_->output(id).value();
+        for (size_t i = n; i < out.size(); ++i) events.push_back({id, out[i]});
+      }
+    }
+    check(s);
+    return events;
+  }
+
+  void run() {
+    Status s;
+    {
+      nb::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(g_.mu_);
+      s = engine_->run_until_idle();
+    }
+    check(s);
+  }
+
+  void cancel(models::RequestId id) {
+    std::lock_guard<std::mutex> lock(g_.mu_);
+    check(engine_->cancel(id));
+  }
+  std::vector<int32_t> output(models::RequestId id) const { return take(engine_->output(id)); }
+  std::string text(models::RequestId id) const { return g_.decode(output(id)); }
+  std::string state(models::RequestId id) const {
+    switch (take(engine_->state(id))) {
+      case models::RequestState::kQueued: return "queued";
+      case models::RequestState::kRunning: return "running";
+      case models::RequestState::kFinished: return "finished";
+      case models::RequestState::kCancelled: return "cancelled";
+      case models::RequestState::kFailed: return "failed";
+    }
+    return "unknown";
+  }
+  std::string finish_reason(models::RequestId id) const {
+    return models::finish_reason_name(take(engine_->finish_reason(id)));
+  }
+  size_t queued() const { return engine_->queued(); }
+  size_t running() const { return engine_->running(); }
+  uint32_t free_blocks() const { return engine_->blocks().free_blocks(); }
+  uint64_t preemptions() const { return engine_->preemptions(); }
+
+ private:
+  // Output lengths of the queued and running requests (those a step can add to).
+  std::map<models::RequestId, size_t> lengths() const {
+    std::map<models::RequestId, size_t> n;
+    for (models::RequestId id = 1; engine_->state(id).ok(); ++id) {
+      const models::RequestState st = engine_->state(id).value();
+      if (st == models::RequestState::kQueued || st == models::RequestState::kRunning) n[id] = engine_->output(id)->size();
+    }
+    return n;
+  }
+
+  Gemma3& g_;
+  std::unique_ptr<models::BatchEngine> engine_;
 };
 
 }  // namespace
@@ -322,10 +432,10 @@ void bind_models(nb::module_& m) {
                      "oracle ('host'). With devices=N > 1 the model is cut tensor parallel over N "
                      "simulated NPUs of `cores` cores each, in this process.")
       .def(nb::init<std::optional<std::string>, const std::string&, uint32_t, uint32_t, uint32_t, int,
-                    const std::string&>(),
+                    const std::string&, uint32_t, uint32_t>(),
            nb::arg("path") = nb::none(), nb::kw_only(), nb::arg("device") = "sim", nb::arg("cores") = 8,
            nb::arg("max_context") = 4096, nb::arg("prefill_chunk") = models::Gemma3Options::kDefaultPrefillChunk,
-           nb::arg("devices") = 1, nb::arg("kv_cache") = "f32")
+           nb::arg("devices") = 1, nb::arg("kv_cache") = "f32", nb::arg("batch") = 0, nb::arg("kv_blocks") = 0)
       .def_prop_rw("prefill_chunk", &Gemma3::prefill_chunk, &Gemma3::set_prefill_chunk,
                    "prompt tokens per batched prefill call (0: token by token); at most the chunk the "
                    "model was loaded with")
@@ -388,12 +498,48 @@ void bind_models(nb::module_& m) {
           nb::arg("repetition_penalty") = 1.0f, nb::arg("presence_penalty") = 0.0f,
           nb::arg("frequency_penalty") = 0.0f, nb::arg("seed") = 0, nb::arg("stop") = nb::none(),
           nb::arg("logprobs") = 0, "token ids after `prompt_ids` (the other arguments: as generate)")
+      .def(
+          "engine", [](Gemma3& g) { return std::make_unique<Engine>(g); }, nb::keep_alive<0, 1>(),
+          "an npurt.Engine over this model (loaded with batch=N): requests continuously batched, N per "
+          "pass over the weights")
       .def_prop_ro("stats", &Gemma3::stats,
                    "figures of the last generate(): prompt_tokens, prefill_seconds, time_to_first_token, "
                    "generated_tokens, decode_steps, decode_seconds, decoded_tokens, finish_reason ('length', "
                    "'stop_token' or 'stop_string'), logprobs (with logprobs=N: per token a dict of token, "
                    "logprob and top, N (id, logprob) pairs), and for speculation verify_steps, "
                    "drafted_tokens, accepted_tokens, acceptance_rate, tokens_per_pass");
+
+  nb::class_<Engine>(m, "Engine",
+                     "Requests continuously batched over a Gemma3(batch=N) model: submit() queues one, "
+                     "step() runs one pass over the weights for up to N running requests and returns the "
+                     "(request, token) pairs chosen in it, run() steps until all are done. Each request's "
+                     "tokens are what it gets alone (greedy, or sampled by its seed).")
+      .def(
+          "submit",
+          [](Engine& e, const std::variant<std::string, std::vector<int32_t>>& prompt, int max_tokens,
+             float temperature, int top_k, float top_p, float min_p, float repetition_penalty, float presence_penalty,
+             float frequency_penalty, uint64_t seed, const std::optional<std::vector<int32_t>>& stop_tokens) {
+            return e.submit(prompt, max_tokens,
+                            sampling_of(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+                                        frequency_penalty, seed, std::nullopt, 0),
+                            stop_tokens);
+          },
+          nb::arg("prompt"), nb::arg("max_tokens") = 16, nb::kw_only(), nb::arg("temperature") = 0.0f,
+          nb::arg("top_k") = 0, nb::arg("top_p") = 1.0f, nb::arg("min_p") = 0.0f,
+          nb::arg("repetition_penalty") = 1.0f, nb::arg("presence_penalty") = 0.0f,
+          nb::arg("frequency_penalty") = 0.0f, nb::arg("seed") = 0, nb::arg("stop_tokens") = nb::none(),
+          "queues a request (text, encoded with BOS, or token ids) and returns its id")
+      .def("step", &Engine::step, "one pass over the weights: the (request id, token id) pairs chosen in it")
+      .def("run", &Engine::run, "steps until no request is queued or running")
+      .def("cancel", &Engine::cancel, nb::arg("request"), "ends a queued or running request, releasing its blocks")
+      .def("output", &Engine::output, nb::arg("request"), "the token ids a request has produced")
+      .def("text", &Engine::text, nb::arg("request"), "the text a request has produced")
+      .def("state", &Engine::state, nb::arg("request"), "'queued', 'running', 'finished', 'cancelled' or 'failed'")
+      .def("finish_reason", &Engine::finish_reason, nb::arg("request"), "'length' or 'stop_token' once finished")
+      .def_prop_ro("queued", &Engine::queued)
+      .def_prop_ro("running", &Engine::running)
+      .def_prop_ro("free_blocks", &Engine::free_blocks, "KV blocks no running request holds")
+      .def_prop_ro("preemptions", &Engine::preemptions, "requests preempted (and later recomputed) so far");
 }
 
 }  // namespace npurt::python

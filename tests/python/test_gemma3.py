@@ -241,3 +241,39 @@ def test_default_options_work_wherever_plain_decoding_does(text):
             assert model.generate_ids(prompt, n) == plain_ids, where
             plain_text = model.generate(text, max_tokens=n, speculate=0)
             assert model.generate(text, max_tokens=n) == plain_text == model.decode(plain_ids), where
+
+
+@needs_model
+def test_engine_requests_get_what_they_get_alone_and_the_reference_continuation():
+    batched = npurt.Gemma3(MODEL, max_context=64, prefill_chunk=0, batch=3)
+    engine = batched.engine()
+    prompts = ["The capital of France is", "Once upon a time", "1, 2, 3, 4,", "The sky is"]
+    seeded = {"temperature": 0.8, "top_k": 40, "seed": 7}
+    ids = [engine.submit(p, max_tokens=8) for p in prompts[:3]]
+    ids.append(engine.submit(prompts[3], max_tokens=8, **seeded))
+    streamed: dict[int, list[int]] = {i: [] for i in ids}
+    while engine.queued or engine.running:
+        for request, token in engine.step():
+            streamed[request].append(token)
+    assert [engine.state(i) for i in ids] == ["finished"] * 4
+    assert all(engine.output(i) == streamed[i] for i in ids)
+    # The greedy continuation of the first prompt is llama.cpp's on the same file.
+    assert engine.output(ids[0]) == LLAMA_CPP_FIRST_8
+    # Each request alone gives the same tokens (greedy and seeded alike).
+    for prompt, i in zip(prompts, ids):
+        alone = batched.engine()
+        j = alone.submit(prompt, max_tokens=8, **(seeded if i == ids[3] else {}))
+        alone.run()
+        assert alone.output(j) == engine.output(i), prompt
+    # Cancelling frees the request's blocks; bad requests raise by name.
+    free = engine.free_blocks
+    k = engine.submit("The capital of France is", max_tokens=8)
+    engine.step()
+    engine.step()
+    assert engine.state(k) == "running" and engine.free_blocks < free
+    engine.cancel(k)
+    assert engine.state(k) == "cancelled" and engine.free_blocks == free
+    with pytest.raises(npurt.InvalidArgumentError, match="max_tokens 0"):
+        engine.submit("x", max_tokens=0)
+    with pytest.raises(npurt.FailedPreconditionError, match="batch=N"):
+        npurt.Gemma3(MODEL, max_context=64).engine()
