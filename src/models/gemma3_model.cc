@@ -119,6 +119,15 @@ std::shared_ptr<ops::RmsNorm> rmsnorm(uint64_t rows, uint32_t dim, float eps, ui
   return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = rows, .dim = dim, .eps = eps, .cores = cores});
 }
 
+// The row-wise operators of a step over a runtime number of rows (the "rows" scalars).
+std::shared_ptr<ops::RmsNorm> rmsnorm_rows(uint64_t rows, uint64_t dim, float eps) {
+  return std::make_shared<ops::RmsNorm>(
+      ops::RmsNormParams{.rows = rows, .dim = static_cast<uint32_t>(dim), .eps = eps, .rows_runtime = true});
+}
+std::shared_ptr<ops::Elementwise> elementwise_rows(ops::ElementwiseKind kind, uint64_t rows, uint64_t row) {
+  return std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = kind, .n = rows * row, .row_elems = row});
+}
+
 uint32_t context_of(const Gemma3Config& c, const Gemma3Options& o) {
   const uint32_t file_ctx = static_cast<uint32_t>(c.context_length);
   return o.max_context == 0 ? file_ctx : std::min(o.max_context, file_ctx);
@@ -177,6 +186,16 @@ std::shared_ptr<ops::Embedding> embedding(const Gemma3Config& c, const Gemma3Sha
                                                                .tokens = tokens,
                                                                .shard = sh.parallel(),
                                                                .first_row = sh.first_vocab});
+}
+
+// The embedding of the "tokens" of a step of `rows` rows into "H".
+Status add_embedding_rows(const GgufFile& file, const Gemma3Config& c, const Gemma3Shard& sh, uint32_t rows,
+                          StepList& s) {
+  const std::string embd = "token_embd.weight";
+  NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
+  NPURT_RETURN_IF_ERROR(s.weight(file, embd, c.hidden * sh.vocab, vocab_slice(sh)).status());
+  s.add(embedding(c, sh, embd_type, rows), {embd, "tokens", "H", kPrefillRows});
+  return Status();
 }
 
 // The greedy token from `logits`: on one device an argmax into "next"; over several,
@@ -354,18 +373,9 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
     if (!sh.parallel()) return;
     s.add(std::make_shared<comm::AllReduceStep>(comm, DType::kF32, T * hidden, hidden), {name, kPrefillRows});
   };
-  auto rms = [&](uint64_t rows, uint64_t d) {
-    return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{
-        .rows = rows, .dim = static_cast<uint32_t>(d), .eps = c.rms_eps, .rows_runtime = true});
-  };
-  auto rowwise = [&](ops::ElementwiseKind kind, uint64_t row) {
-    return std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = kind, .n = T * row, .row_elems = row});
-  };
-
-  const std::string embd = "token_embd.weight";
-  NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
-  NPURT_RETURN_IF_ERROR(s.weight(file, embd, hidden * sh.vocab, vocab_slice(sh)).status());
-  s.add(embedding(c, sh, embd_type, T), {embd, "tokens", "H", kPrefillRows});
+  auto rms = [&](uint64_t rows, uint64_t d) { return rmsnorm_rows(rows, d, c.rms_eps); };
+  auto rowwise = [&](ops::ElementwiseKind kind, uint64_t row) { return elementwise_rows(kind, T, row); };
+  NPURT_RETURN_IF_ERROR(add_embedding_rows(file, c, sh, T, s));
   sum_over_devices("H");
 
   const auto norm_rows = rms(T, hidden);
@@ -512,18 +522,9 @@ StatusOr<ShardedStep> paged_batch_step(const GgufFile& file, const Gemma3Config&
           {name, std::move(in), std::move(out), kPrefillRows});
     return Status();
   };
-  auto rms = [&](uint64_t rows, uint64_t d) {
-    return std::make_shared<ops::RmsNorm>(ops::RmsNormParams{
-        .rows = rows, .dim = static_cast<uint32_t>(d), .eps = c.rms_eps, .rows_runtime = true});
-  };
-  auto rowwise = [&](ops::ElementwiseKind kind, uint64_t row) {
-    return std::make_shared<ops::Elementwise>(ops::ElementwiseParams{.kind = kind, .n = B * row, .row_elems = row});
-  };
-
-  const std::string embd = "token_embd.weight";
-  NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
-  NPURT_RETURN_IF_ERROR(s.weight(file, embd, hidden * sh.vocab, vocab_slice(sh)).status());
-  s.add(embedding(c, sh, embd_type, B), {embd, "tokens", "H", kPrefillRows});
+  auto rms = [&](uint64_t rows, uint64_t d) { return rmsnorm_rows(rows, d, c.rms_eps); };
+  auto rowwise = [&](ops::ElementwiseKind kind, uint64_t row) { return elementwise_rows(kind, B, row); };
+  NPURT_RETURN_IF_ERROR(add_embedding_rows(file, c, sh, B, s));
 
   const auto norm_rows = rms(B, hidden);
   const auto norm_q = rms(B * sh.q_heads, hd), norm_k = rms(B * sh.kv_heads, hd);
