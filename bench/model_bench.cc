@@ -37,6 +37,7 @@
 #include "hal/sim/matvec_kernels.h"
 #include "hal/sim/tile_kernels.h"
 #include "memory_peers.h"
+#include "npurt/models/batch_engine.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/kv_blocks.h"
 #include "npurt/models/sampler.h"
@@ -152,6 +153,26 @@ double batched_decode_tps(models::Gemma3Model& model, const std::vector<int32_t>
   const auto t = Clock::now();
   for (int i = 0; i < steps; ++i) call(prompt + i);
   return double(B) * steps / seconds_since(t);
+}
+
+// Time to first token of a request with a `prompt`-token prompt on a BatchEngine
+// where `busy` other requests (16-token prompts) are already decoding.
+double engine_ttft(const std::shared_ptr<models::Gemma3Model>& model, const std::vector<int32_t>& text, int prompt,
+                   int busy) {
+  auto engine = or_die(models::BatchEngine::create(model), "engine");
+  for (int i = 0; i < busy; ++i) {
+    const auto from = text.begin() + 3 * i;
+    or_die(engine->submit({.prompt = std::vector<int32_t>(from, from + 16), .max_tokens = 400}), "submit");
+  }
+  while (engine->running() < static_cast<size_t>(busy) || engine->queued() > 0) or_die(engine->step(), "step");
+  for (int i = 0; i < 16; ++i) or_die(engine->step(), "step");  // every one past its prompt
+  bool first = false;
+  const auto t = Clock::now();
+  or_die(engine->submit({.prompt = std::vector<int32_t>(text.begin(), text.begin() + prompt), .max_tokens = 1},
+                        [&](models::RequestId, int32_t) { first = true; }),
+         "submit");
+  while (!first) or_die(engine->step(), "step");
+  return seconds_since(t);
 }
 
 // One repetition: prefill of 64 and 512 tokens, then `tokens` decode steps after the 64.
@@ -581,11 +602,11 @@ int main(int argc, char** argv) {
     // sequences x 128 positions (16 each fed, then 32 timed), medians of the reps.
     constexpr int kFed = 16, kSteps = 32;
     models::Gemma3Options bo = mo;
-    bo.prefill_chunk = 0;
+    bo.prefill_chunk = 64;
     bo.verify_tokens = 0;
     bo.batch_sequences = 16;
     bo.kv_blocks = 16 * 128 / bo.kv_block_positions;
-    auto batched = or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
+    std::shared_ptr<models::Gemma3Model> batched = or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
     std::printf("  batched decode, paged KV (%u-position blocks): tokens/s over all B sequences, and that over B x\n"
                 "  the one-sequence decode above (%.1f) and over B x its bandwidth floor (%.1f)\n",
                 batched->kv_block_positions(), decode, floor_tps);
@@ -595,6 +616,16 @@ int main(int argc, char** argv) {
       std::printf("    %2u sequences                %10.1f tokens/s  %5.2fx %u x decode, %5.2fx %u x floor\n", B,
                   median(tps), median(tps) / (B * decode), B, median(tps) / (B * floor_tps), B);
     }
+    // Continuous batching: a new request's 64-token prompt goes through the paged
+    // prefill chunk between the decode steps of the running ones.
+    std::vector<double> idle, busy;
+    for (int r = 0; r < a.reps; ++r) {
+      idle.push_back(engine_ttft(batched, p64, 64, 0));
+      busy.push_back(engine_ttft(batched, p64, 64, 8));
+    }
+    std::printf("  engine time to first token, 64-token prompt: idle %.1f ms, with 8 decoding %.1f ms (%.2fx; "
+                "target <= 2)\n",
+                median(idle) * 1e3, median(busy) * 1e3, median(busy) / median(idle));
   }
   if (T > 0) print_breakdown(file, config, cores, T, T / median(p512_tps));
   print_verify_breakdown(file, config, cores, 8, median(read_gbs));

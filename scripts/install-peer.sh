@@ -65,8 +65,36 @@ cmake_args() {
 ARGS="$(cmake_args)"
 WANT="llama-cpp-python==$VERSION $ARGS"
 
+# llama-batched-bench (aggregate decode of many sequences) from the llama.cpp the same
+# source distribution vendors, built with the same instruction sets into
+# $VENV/llama.cpp-build; its own stamp.
+TOOLS_STAMP="$VENV/.peer-tools-stamp"
+TOOLS_BUILD="$VENV/llama.cpp-build"
+build_tools() {
+  if [ -x "$TOOLS_BUILD/bin/llama-batched-bench" ] && [ -f "$TOOLS_STAMP" ] && [ "$(cat "$TOOLS_STAMP")" = "$WANT" ]; then
+    return
+  fi
+  rm -f "$TOOLS_STAMP"
+  local src="$VENV/sdist"
+  rm -rf "$src"
+  mkdir -p "$src"
+  echo "install-peer: building llama-batched-bench from llama-cpp-python $VERSION's llama.cpp (several minutes)"
+  "$VENV/bin/pip" download --disable-pip-version-check --no-deps --no-binary :all: -d "$src" \
+    "llama-cpp-python==$VERSION" >>"$LOG" 2>&1 || die "pip download llama-cpp-python==$VERSION failed (log: $LOG)"
+  tar -xzf "$src"/llama_cpp_python-"$VERSION".tar.gz -C "$src"
+  # shellcheck disable=SC2086  # ARGS is a list of -D options
+  cmake -S "$src/llama_cpp_python-$VERSION/vendor/llama.cpp" -B "$TOOLS_BUILD" -DCMAKE_BUILD_TYPE=Release \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF $ARGS >>"$LOG" 2>&1 ||
+    die "configuring llama.cpp failed (log: $LOG)"
+  cmake --build "$TOOLS_BUILD" --target llama-batched-bench -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" >>"$LOG" 2>&1 ||
+    die "building llama-batched-bench failed (log: $LOG)"
+  rm -rf "$src"
+  echo "$WANT" >"$TOOLS_STAMP"
+}
+
 if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] &&
   "$VENV/bin/python" -c "import llama_cpp, numpy" 2>/dev/null; then
+  build_tools
   exit 0
 fi
 
@@ -87,4 +115,5 @@ if ! CMAKE_ARGS="$ARGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL
 fi
 "$VENV/bin/python" -c "import llama_cpp, numpy" || die "llama_cpp does not import"
 echo "$WANT" >"$STAMP"
+build_tools
 echo "install-peer: built in $(($(date +%s) - start)) s"

@@ -114,6 +114,23 @@ Sampling sampling_of(float temperature, int top_k, float top_p, float min_p, flo
   return s;
 }
 
+// Per choice a dict of token, logprob and top ((id, logprob) pairs), up to the first
+// choice without log-probabilities (not asked for).
+nb::list logprobs_list(const std::vector<models::TokenChoice>& choices) {
+  nb::list out;
+  for (const models::TokenChoice& c : choices) {
+    if (std::isnan(c.logprob)) break;
+    nb::list top;
+    for (const models::TokenLogprob& t : c.top) top.append(nb::make_tuple(t.token, t.logprob));
+    nb::dict e;
+    e["token"] = c.token;
+    e["logprob"] = c.logprob;
+    e["top"] = top;
+    out.append(e);
+  }
+  return out;
+}
+
 // Owns everything a loaded model uses (the file outlives the model). One generate() at a time (mu_), with the GIL released.
 class Gemma3 {
  public:
@@ -236,18 +253,7 @@ class Gemma3 {
     d["decode_seconds"] = stats_.decode_seconds;
     d["decoded_tokens"] = stats_.decoded_tokens();
     d["finish_reason"] = models::finish_reason_name(stats_.finish_reason);
-    nb::list logprobs;
-    for (const models::TokenChoice& c : stats_.choices) {
-      if (std::isnan(c.logprob)) break;  // not asked for
-      nb::list top;
-      for (const models::TokenLogprob& t : c.top) top.append(nb::make_tuple(t.token, t.logprob));
-      nb::dict e;
-      e["token"] = c.token;
-      e["logprob"] = c.logprob;
-      e["top"] = top;
-      logprobs.append(e);
-    }
-    d["logprobs"] = logprobs;
+    d["logprobs"] = logprobs_list(stats_.choices);
     d["verify_steps"] = stats_.verify_steps;
     d["drafted_tokens"] = stats_.drafted_tokens;
     d["accepted_tokens"] = stats_.accepted_tokens;
@@ -262,7 +268,7 @@ class Gemma3 {
     NPURT_ASSIGN_OR_RETURN(models::GgufFile file, models::GgufFile::open(path_));
     file_ = std::make_unique<models::GgufFile>(std::move(file));
     NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*file_));
-    tokenizer_ = std::make_unique<models::Tokenizer>(std::move(tok));
+    tokenizer_ = std::make_shared<models::Tokenizer>(std::move(tok));
     NPURT_ASSIGN_OR_RETURN(config_, models::Gemma3Config::from_gguf(*file_));
     if (device == "host") {
       NPURT_ASSIGN_OR_RETURN(models::HostOracle oracle, models::HostOracle::load(*file_));
@@ -302,7 +308,7 @@ class Gemma3 {
   std::string path_;
   isa::DType kv_cache_ = isa::DType::kF32;
   std::unique_ptr<models::GgufFile> file_;
-  std::unique_ptr<models::Tokenizer> tokenizer_;
+  std::shared_ptr<models::Tokenizer> tokenizer_;  // shared with its engines
   models::Gemma3Config config_;
   uint32_t batch_ = 0, kv_blocks_ = 0;
   std::shared_ptr<models::Gemma3Model> sim_;
@@ -335,11 +341,12 @@ class Engine {
     if (!g.sim_ || g.sim_->max_batch() == 0) {
       raise_status(failed_precondition("npurt.Engine needs a model loaded with batch=N (N sequences per pass)"));
     }
-    engine_ = take(models::BatchEngine::create(g.sim_));
+    engine_ = take(models::BatchEngine::create(g.sim_, g.tokenizer_));
   }
 
   // A request: `prompt` as text (encoded with BOS) or token ids; it ends after
-  // max_tokens tokens or at the tokenizer's stop token or one of stop_tokens.
+  // max_tokens tokens, at the tokenizer's stop token or one of stop_tokens, or before
+  // the first of its stop strings.
   models::RequestId submit(const std::variant<std::string, std::vector<int32_t>>& prompt, int max_tokens,
                            const Sampling& sampling, const std::optional<std::vector<int32_t>>& stop_tokens) {
     models::EngineRequest r;
@@ -347,10 +354,8 @@ class Engine {
                                                             : std::get<std::vector<int32_t>>(prompt);
     r.max_tokens = max_tokens;
     r.sampling = sampling.params;
+    r.stop_strings = sampling.stop;
     if (stop_tokens) r.stop_tokens = *stop_tokens;
-    for (int32_t id = 0; id < g_.config().vocab; ++id) {
-      if (g_.tokenizer_->is_stop(id)) r.stop_tokens.push_back(id);
-    }
     std::lock_guard<std::mutex> lock(g_.mu_);
     return take(engine_->submit(std::move(r)));
   }
@@ -402,6 +407,8 @@ class Engine {
   std::string finish_reason(models::RequestId id) const {
     return models::finish_reason_name(take(engine_->finish_reason(id)));
   }
+  // Per output token (with logprobs=N): its id, log-probability and the N most likely.
+  nb::list logprobs(models::RequestId id) const { return logprobs_list(take(engine_->choices(id))); }
   size_t queued() const { return engine_->queued(); }
   size_t running() const { return engine_->running(); }
   uint32_t free_blocks() const { return engine_->blocks().free_blocks(); }
@@ -518,24 +525,30 @@ void bind_models(nb::module_& m) {
           "submit",
           [](Engine& e, const std::variant<std::string, std::vector<int32_t>>& prompt, int max_tokens,
              float temperature, int top_k, float top_p, float min_p, float repetition_penalty, float presence_penalty,
-             float frequency_penalty, uint64_t seed, const std::optional<std::vector<int32_t>>& stop_tokens) {
+             float frequency_penalty, uint64_t seed, const std::optional<std::vector<std::string>>& stop,
+             const std::optional<std::vector<int32_t>>& stop_tokens, int logprobs) {
             return e.submit(prompt, max_tokens,
                             sampling_of(temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
-                                        frequency_penalty, seed, std::nullopt, 0),
+                                        frequency_penalty, seed, stop, logprobs),
                             stop_tokens);
           },
           nb::arg("prompt"), nb::arg("max_tokens") = 16, nb::kw_only(), nb::arg("temperature") = 0.0f,
           nb::arg("top_k") = 0, nb::arg("top_p") = 1.0f, nb::arg("min_p") = 0.0f,
           nb::arg("repetition_penalty") = 1.0f, nb::arg("presence_penalty") = 0.0f,
-          nb::arg("frequency_penalty") = 0.0f, nb::arg("seed") = 0, nb::arg("stop_tokens") = nb::none(),
-          "queues a request (text, encoded with BOS, or token ids) and returns its id")
+          nb::arg("frequency_penalty") = 0.0f, nb::arg("seed") = 0, nb::arg("stop") = nb::none(),
+          nb::arg("stop_tokens") = nb::none(), nb::arg("logprobs") = 0,
+          "queues a request (text, encoded with BOS, or token ids) and returns its id; it ends after "
+          "max_tokens tokens, at a stop token, or before the first `stop` string")
       .def("step", &Engine::step, "one pass over the weights: the (request id, token id) pairs chosen in it")
       .def("run", &Engine::run, "steps until no request is queued or running")
       .def("cancel", &Engine::cancel, nb::arg("request"), "ends a queued or running request, releasing its blocks")
       .def("output", &Engine::output, nb::arg("request"), "the token ids a request has produced")
       .def("text", &Engine::text, nb::arg("request"), "the text a request has produced")
       .def("state", &Engine::state, nb::arg("request"), "'queued', 'running', 'finished', 'cancelled' or 'failed'")
-      .def("finish_reason", &Engine::finish_reason, nb::arg("request"), "'length' or 'stop_token' once finished")
+      .def("finish_reason", &Engine::finish_reason, nb::arg("request"),
+           "'length', 'stop_token' or 'stop_string' once finished")
+      .def("logprobs", &Engine::logprobs, nb::arg("request"),
+           "with logprobs=N: per output token a dict of token, logprob and top (N (id, logprob) pairs)")
       .def_prop_ro("queued", &Engine::queued)
       .def_prop_ro("running", &Engine::running)
       .def_prop_ro("free_blocks", &Engine::free_blocks, "KV blocks no running request holds")

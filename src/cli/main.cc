@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "cli/batch.h"
 #include "cli/generate.h"
 #include "cli/soak.h"
 #include "npurt/isa/disasm.h"
@@ -155,6 +156,28 @@ int main(int argc, char** argv) {
                        "MiB of global memory per device (default: sized for the device's share of the model)")
       ->check(CLI::Range(1, 1 << 20));
 
+  npurt::cli::BatchArgs bat;
+  auto* batch = app.add_subcommand("batch", "many prompts decoded together (continuous batching over a paged KV "
+                                            "cache); one JSON line per prompt, in order, to stdout");
+  batch->add_option("--model", bat.model, "GGUF file (default: $NPURT_MODEL, else " +
+                                              npurt::cli::default_model_path() + ")");
+  batch->add_option("--prompts", bat.prompts, "file of one prompt a line (-: standard input)")->required();
+  batch->add_option("--parallel", bat.parallel, "sequences decoded together; every prompt's text is the same at "
+                                                "any value")
+      ->check(CLI::Range(1, static_cast<int>(npurt::isa::kMaxTmvBatch)))
+      ->capture_default_str();
+  batch->add_option("--max-tokens", bat.max_tokens, "tokens to generate at most per prompt")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  batch->add_option("--cores", bat.cores, "logical cores of the simulated NPU")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  batch->add_option("--prefill-chunk", bat.prefill_chunk,
+                    "prompt tokens per prefill call between decode steps (0: one per decode step)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  add_sampling_options(*batch, bat.sampling, bat.stop);
+
   std::string model;
   auto* info = app.add_subcommand("info", "print a GGUF model file's header, metadata and tensor table");
   info->add_option("MODEL", model, "GGUF file")->required();
@@ -164,6 +187,7 @@ int main(int argc, char** argv) {
     gen.speculate_set = speculate->count() > 0;
     return npurt::cli::run_generate(gen);
   }
+  if (batch->parsed()) return npurt::cli::run_batch(bat);
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
   if (soak_cmd->parsed()) return npurt::cli::run_soak_command(soak);
   if (disasm->parsed()) return disasm_file(file);

@@ -12,7 +12,8 @@ std::string request_name(RequestId id) { return "batch engine: request " + std::
 
 }  // namespace
 
-StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::create(std::shared_ptr<Gemma3Model> model) {
+StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::create(std::shared_ptr<Gemma3Model> model,
+                                                            std::shared_ptr<const Tokenizer> tokenizer) {
   if (model == nullptr) return invalid_argument("batch engine: no model");
   if (model->max_batch() == 0) {
     return failed_precondition("batch engine: the model was loaded without a batched decode step "
@@ -20,7 +21,7 @@ StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::create(std::shared_ptr<Gemma
   }
   NPURT_ASSIGN_OR_RETURN(KvBlocks kv,
                          KvBlocks::create({.blocks = model->kv_blocks(), .block_positions = model->kv_block_positions()}));
-  return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(model), std::move(kv)));
+  return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(model), std::move(tokenizer), std::move(kv)));
 }
 
 StatusOr<BatchEngine::Request*> BatchEngine::find(RequestId id) {
@@ -54,8 +55,15 @@ StatusOr<RequestId> BatchEngine::submit(EngineRequest request, OnToken on_token)
                         " positions; the context holds " + std::to_string(model_->max_context()));
   }
   NPURT_RETURN_IF_ERROR(check_sampling(request.sampling));
+  for (const std::string& s : request.stop_strings) {
+    if (s.empty()) return invalid_argument("batch engine: a stop string is empty");
+  }
+  if (!request.stop_strings.empty() && tokenizer_ == nullptr) {
+    return invalid_argument("batch engine: stop strings need the engine's tokenizer (to read the tokens' text)");
+  }
   const RequestId id = next_id_++;
   Request& r = requests_[id];
+  r.stop_text = StopText(tokenizer_.get(), request.stop_strings);
   r.params = std::move(request);
   r.on_token = std::move(on_token);
   queue_.push_back(id);
@@ -106,80 +114,145 @@ void BatchEngine::preempt_newest() {
   ++preemptions_;
 }
 
-std::vector<BatchToken> BatchEngine::plan_step(std::vector<std::vector<uint32_t>>& tables) {
+bool BatchEngine::in_prompt(const Request& r) const {
+  return model_->max_paged_prefill() > 0 && r.cached < r.params.prompt.size();
+}
+
+TokenOrigin BatchEngine::origin_at(const Request& r, size_t position) {
+  return position < r.params.prompt.size() ? TokenOrigin::kPrompt : TokenOrigin::kGenerated;
+}
+
+std::vector<BatchToken> BatchEngine::plan_step(std::vector<RequestId>& ids, std::vector<std::vector<uint32_t>>& tables) {
   for (;;) {
+    ids.clear();
+    for (RequestId id : running_) {
+      if (!in_prompt(requests_.at(id))) ids.push_back(id);
+    }
     std::vector<BatchToken> batch;
-    tables.assign(running_.size(), {});
+    tables.assign(ids.size(), {});
     size_t s = 0;
     Status full;
-    for (; s < running_.size(); ++s) {
-      const RequestId id = running_[s];
-      const Request& r = requests_.at(id);
+    for (; s < ids.size(); ++s) {
+      const Request& r = requests_.at(ids[s]);
       const int32_t token = r.context[r.cached];
-      const StatusOr<AppendPlan> plan = kv_.append(id, std::span(&token, 1));
+      const StatusOr<AppendPlan> plan = kv_.append(ids[s], std::span(&token, 1), origin_at(r, r.cached));
       if (!plan.ok()) {
         full = plan.status();
         break;
       }
-      const std::span<const uint32_t> t = *kv_.table(id);
+      const std::span<const uint32_t> t = *kv_.table(ids[s]);
       tables[s].assign(t.begin(), t.end());
       batch.push_back({token, static_cast<int32_t>(r.cached), tables[s], plan->rows[0]});
     }
     if (full.ok()) return batch;
     // Out of blocks: undo this pass's appends, then make room and plan again.
-    for (size_t i = 0; i < s; ++i) (void)kv_.truncate(running_[i], static_cast<uint32_t>(requests_.at(running_[i]).cached));
-    if (running_.size() > 1) {
-      preempt_newest();
-      continue;
-    }
-    Request& alone = requests_.at(running_[0]);
-    alone.failure = full.with_context("the pool cannot hold it alone");
-    end(running_[0], RequestState::kFailed);
-    if (running_.empty()) return {};
+    for (size_t i = 0; i < s; ++i) (void)kv_.truncate(ids[i], static_cast<uint32_t>(requests_.at(ids[i]).cached));
+    if (!make_room(ids[s], full)) return {};
   }
 }
 
-void BatchEngine::take(RequestId id, Request& r, int32_t t) {
+bool BatchEngine::make_room(RequestId needs, const Status& full) {
+  if (running_.size() > 1) {
+    preempt_newest();
+    return true;
+  }
+  Request& alone = requests_.at(needs);
+  alone.failure = full.with_context("the pool cannot hold it alone");
+  end(needs, RequestState::kFailed);
+  return false;
+}
+
+void BatchEngine::hand_out(RequestId id, Request& r, size_t upto) {
+  for (; r.handed_out < upto; ++r.handed_out) {
+    if (r.on_token) r.on_token(id, r.output[r.handed_out]);
+  }
+}
+
+void BatchEngine::take(RequestId id, Request& r, const TokenChoice& c) {
+  const int32_t t = c.token;
   const auto& stops = r.params.stop_tokens;
-  if (std::find(stops.begin(), stops.end(), t) != stops.end()) {
+  if ((tokenizer_ != nullptr && tokenizer_->is_stop(t)) || std::find(stops.begin(), stops.end(), t) != stops.end()) {
+    hand_out(id, r, r.output.size());
     r.reason = FinishReason::kStopToken;
     end(id, RequestState::kFinished);
     return;
   }
   r.output.push_back(t);
   r.context.push_back(t);
-  if (r.on_token) r.on_token(id, t);
-  if (r.output.size() >= static_cast<size_t>(r.params.max_tokens)) {
+  if (r.params.sampling.wants_logprobs()) r.choices.push_back(c);
+  if (r.stop_text.active() && r.stop_text.add(t)) {
+    r.output.resize(r.stop_text.safe_tokens(true));
+    r.choices.resize(std::min(r.choices.size(), r.output.size()));
+    hand_out(id, r, r.output.size());
+    r.reason = FinishReason::kStopString;
+    end(id, RequestState::kFinished);
+    return;
+  }
+  const bool last = r.output.size() >= static_cast<size_t>(r.params.max_tokens);
+  hand_out(id, r, r.stop_text.active() && !last ? r.stop_text.safe_tokens(false) : r.output.size());
+  if (last) {
     r.reason = FinishReason::kLength;
     end(id, RequestState::kFinished);
   }
 }
 
+StatusOr<TokenChoice> BatchEngine::choose(const Request& r, int32_t greedy, const std::vector<float>& logits,
+                                          size_t slot, size_t slots) const {
+  if (r.params.sampling.plain_greedy()) return TokenChoice{.token = greedy};
+  const size_t vocab = logits.size() / slots;
+  return choose_token(std::span(logits).subspan(slot * vocab, vocab), r.params.sampling, r.context,
+                      r.params.prompt.size());
+}
+
+Status BatchEngine::prefill_chunk() {
+  const auto it = std::find_if(running_.begin(), running_.end(), [&](RequestId id) { return in_prompt(requests_.at(id)); });
+  if (it == running_.end()) return ok_status();
+  const RequestId id = *it;
+  Request& r = requests_.at(id);
+  const size_t n = std::min<size_t>(model_->max_paged_prefill(), r.params.prompt.size() - r.cached);
+  const std::span<const int32_t> tokens = std::span(r.params.prompt).subspan(r.cached, n);
+  StatusOr<AppendPlan> plan = kv_.append(id, tokens, TokenOrigin::kPrompt);
+  while (!plan.ok()) {
+    if (!make_room(id, plan.status()) || r.state != RequestState::kRunning) return ok_status();
+    plan = kv_.append(id, tokens, TokenOrigin::kPrompt);
+  }
+  const std::span<const uint32_t> table = *kv_.table(id);
+  std::vector<BatchToken> rows;
+  for (size_t i = 0; i < n; ++i) rows.push_back({tokens[i], static_cast<int32_t>(r.cached + i), table, plan->rows[i]});
+  NPURT_ASSIGN_OR_RETURN(const int32_t next, model_->prefill_paged(rows));
+  prompt_tokens_computed_ += n;
+  r.cached += n;
+  if (r.cached < r.context.size()) return ok_status();  // more prompt, or recomputing its output
+  std::vector<float> logits;
+  if (!r.params.sampling.plain_greedy()) {
+    NPURT_ASSIGN_OR_RETURN(logits, model_->batch_logits());
+  }
+  NPURT_ASSIGN_OR_RETURN(const TokenChoice c, choose(r, next, logits, 0, 1));
+  take(id, r, c);
+  return ok_status();
+}
+
 StatusOr<size_t> BatchEngine::step() {
   admit();
+  const size_t prefilling = std::count_if(running_.begin(), running_.end(), [&](RequestId id) { return in_prompt(requests_.at(id)); });
+  NPURT_RETURN_IF_ERROR(prefill_chunk());
+  std::vector<RequestId> ids;
   std::vector<std::vector<uint32_t>> tables;
-  const std::vector<BatchToken> batch = plan_step(tables);
-  if (batch.empty()) return size_t{0};
-  const std::vector<RequestId> ids = running_;  // the batch's slots
+  const std::vector<BatchToken> batch = plan_step(ids, tables);
+  if (batch.empty()) return prefilling;
   NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, model_->decode_batch(batch));
   std::vector<float> logits;
   for (size_t s = 0; s < ids.size(); ++s) {
     Request& r = requests_.at(ids[s]);
-    if (++r.cached < r.context.size()) continue;  // still in its prompt
-    int32_t t = next[s];
-    if (!r.params.sampling.plain_greedy()) {
-      if (logits.empty()) {
-        NPURT_ASSIGN_OR_RETURN(logits, model_->batch_logits());
-      }
-      const size_t vocab = logits.size() / ids.size();
-      NPURT_ASSIGN_OR_RETURN(const TokenChoice c,
-                             choose_token(std::span(logits).subspan(s * vocab, vocab), r.params.sampling, r.context,
-                                          r.params.prompt.size()));
-      t = c.token;
+    if (r.cached < r.params.prompt.size()) ++prompt_tokens_computed_;
+    if (++r.cached < r.context.size()) continue;  // still in its prompt, or recomputing
+    if (!r.params.sampling.plain_greedy() && logits.empty()) {
+      NPURT_ASSIGN_OR_RETURN(logits, model_->batch_logits());
     }
-    take(ids[s], r, t);
+    NPURT_ASSIGN_OR_RETURN(const TokenChoice c, choose(r, next[s], logits, s, ids.size()));
+    take(ids[s], r, c);
   }
-  return batch.size();
+  return batch.size() + prefilling;
 }
 
 Status BatchEngine::run_until_idle() {
@@ -204,6 +277,11 @@ StatusOr<RequestState> BatchEngine::state(RequestId id) const {
 StatusOr<std::vector<int32_t>> BatchEngine::output(RequestId id) const {
   NPURT_ASSIGN_OR_RETURN(const Request* r, find(id));
   return r->output;
+}
+
+StatusOr<std::vector<TokenChoice>> BatchEngine::choices(RequestId id) const {
+  NPURT_ASSIGN_OR_RETURN(const Request* r, find(id));
+  return r->choices;
 }
 
 StatusOr<FinishReason> BatchEngine::finish_reason(RequestId id) const {

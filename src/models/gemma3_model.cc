@@ -494,17 +494,31 @@ StatusOr<PoolShape> pool_shape(const Gemma3Config& c, const Gemma3Options& o) {
   return p;
 }
 
-// The batched decode step: B sequences (the "rows" scalar, up to batch_sequences), one
-// token each at its own position ("positions"), through the decode step's
-// batch-invariant kernels; each appends its keys and values at its pool row
-// ("kv_rows") and attends through its block table ("tables", "lens" = position + 1).
-// Every sequence's logits and argmax ("next", B i32).
-StatusOr<ShardedStep> paged_batch_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
-                                       const Gemma3Shard& sh) {
+// Rows of the paged prefill chunk: prefill_chunk, at most the context and the pool.
+uint32_t paged_prefill_rows(const Gemma3Config& c, const Gemma3Options& o, const PoolShape& pool) {
+  return static_cast<uint32_t>(
+      std::min<uint64_t>({o.prefill_chunk, context_of(c, o), uint64_t{pool.blocks} * pool.block_positions}));
+}
+
+// The two steps over the paged pool, one token per row, each row at its own position
+// ("positions"), its keys and values appended at its pool row ("kv_rows") and its
+// attention through its block table ("tables", "lens" = position + 1):
+// - the batched decode step: B sequences (the "rows" scalar, up to batch_sequences),
+//   one token each, through the decode step's batch-invariant kernels; every row's
+//   logits and argmax ("next", B i32);
+// - the paged prefill chunk: T prompt tokens (up to prefill_chunk) as matrix work
+//   (WeightGemm), each row bitwise what it is in any other chunk (the kernels work row
+//   by row); the logits and argmax of row "last" only.
+enum class Paged : uint8_t { kDecode, kPrefill };
+
+StatusOr<ShardedStep> paged_step(const GgufFile& file, const Gemma3Config& c, const Gemma3Options& o,
+                                 const Gemma3Shard& sh, Paged kind) {
   NPURT_RETURN_IF_ERROR(check_head_dims(c));
   NPURT_RETURN_IF_ERROR(check_kv_cache(o));
   NPURT_ASSIGN_OR_RETURN(const PoolShape pool, pool_shape(c, o));
-  const uint32_t B = o.batch_sequences;
+  const bool prefill = kind == Paged::kPrefill;
+  const uint32_t B = prefill ? paged_prefill_rows(c, o, pool) : o.batch_sequences;
+  if (B == 0) return invalid_argument("gemma3: a paged step of 0 rows builds no sequence");
   const uint64_t hidden = c.hidden, hd = c.head_dim;
   const uint64_t q_dim = sh.q_heads * hd, kv_dim = sh.kv_heads * hd, ffn = sh.ffn;
   const uint64_t pool_rows = uint64_t{pool.blocks} * pool.block_positions;
@@ -518,8 +532,12 @@ StatusOr<ShardedStep> paged_batch_step(const GgufFile& file, const Gemma3Config&
                     TensorSlice slice) -> Status {
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
     NPURT_RETURN_IF_ERROR(s.weight(file, name, m * k, slice).status());
-    s.add(std::make_shared<ops::Gemv>(ops::GemvParams{.m = m, .k = k, .weight = t, .batch = B, .batch_runtime = true}),
-          {name, std::move(in), std::move(out), kPrefillRows});
+    const OpPtr op =
+        prefill ? OpPtr(std::make_shared<ops::WeightGemm>(
+                      ops::WeightGemmParams{.m = m, .k = k, .rows = B, .weight = t, .rows_runtime = true}))
+                : OpPtr(std::make_shared<ops::Gemv>(
+                      ops::GemvParams{.m = m, .k = k, .weight = t, .batch = B, .batch_runtime = true}));
+    s.add(op, {name, std::move(in), std::move(out), kPrefillRows});
     return Status();
   };
   auto rms = [&](uint64_t rows, uint64_t d) { return rmsnorm_rows(rows, d, c.rms_eps); };
@@ -584,13 +602,28 @@ StatusOr<ShardedStep> paged_batch_step(const GgufFile& file, const Gemma3Config&
   const GgufTensor* head = gemma3_output_weight(file);
   if (head == nullptr) return not_found("gemma3: no output.weight or token_embd.weight");
   NPURT_ASSIGN_OR_RETURN(std::string out_norm, s.weight(file, "output_norm.weight", hidden));
+  const std::vector<std::string> inputs{"tokens", "positions", "lens", "tables", "kv_rows"};
+  if (prefill) {
+    // Only the last row's logits are wanted: that row through the decode step's tail.
+    NPURT_ASSIGN_OR_RETURN(DType head_type, tensor_dtype(file, std::string(head->name)));
+    NPURT_RETURN_IF_ERROR(s.weight(file, std::string(head->name), sh.vocab * hidden, vocab_slice(sh)).status());
+    s.size("h_last", hidden);
+    s.size("x_last", hidden);
+    s.add(std::make_shared<ops::StridedCopy>(ops::StridedCopyParams{
+              .rows = 1, .cols = static_cast<uint32_t>(hidden), .src_rows = B, .src_row_runtime = true}),
+          {"H", "h_last", kPrefillLast});
+    s.add(rmsnorm(1, static_cast<uint32_t>(hidden), c.rms_eps), {"h_last", out_norm, "x_last"});
+    s.add(gemv(sh.vocab, hidden, head_type), {std::string(head->name), "x_last", "logits"});
+    add_argmax(s, sh, nullptr);
+    return s.finish(o, "gemma3_paged_prefill", inputs);
+  }
   s.add(norm_rows, {"H", out_norm, "X", kPrefillRows});
   s.size("logits", uint64_t{B} * sh.vocab);
   s.size("next", B);
   NPURT_RETURN_IF_ERROR(matvec(std::string(head->name), sh.vocab, hidden, "X", "logits", vocab_slice(sh)));
   s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = sh.vocab, .vectors = B, .vectors_runtime = true}),
         {"logits", "next", kPrefillRows});
-  return s.finish(o, "gemma3_batch", {"tokens", "positions", "lens", "tables", "kv_rows"});
+  return s.finish(o, "gemma3_batch", inputs);
 }
 
 }  // namespace
@@ -679,6 +712,15 @@ StatusOr<std::vector<T>> read_leading(MemoryContext& memory, const View& v, size
   return out;
 }
 
+// A step over the paged pool, compiled.
+StatusOr<std::unique_ptr<graph::CompiledSequence>> compile_paged(const GgufFile& file, const Gemma3Config& c,
+                                                                 const Gemma3Options& o, const Gemma3Shard& sh,
+                                                                 Paged kind, Runtime& runtime,
+                                                                 const graph::CompileOptions& co) {
+  NPURT_ASSIGN_OR_RETURN(ShardedStep step, paged_step(file, c, o, sh, kind));
+  return step.sequence.compile(runtime, co);
+}
+
 }  // namespace
 
 Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, const Gemma3Options& options,
@@ -730,18 +772,34 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
   }
   if (options.batch_sequences > 0) {
     if (size > 1) return invalid_argument(who + ": the batched decode step runs on one device");
-    NPURT_ASSIGN_OR_RETURN(ShardedStep batch, paged_batch_step(file, config, options, shard));
+    auto views = [](const graph::CompiledSequence& seq, PagedInputs& in) -> Status {
+      const std::pair<View PagedInputs::*, const char*> names[] = {
+          {&PagedInputs::tokens, "tokens"}, {&PagedInputs::positions, "positions"}, {&PagedInputs::lens, "lens"},
+          {&PagedInputs::tables, "tables"}, {&PagedInputs::rows, "kv_rows"},        {&PagedInputs::next, "next"},
+          {&PagedInputs::logits, "logits"}};
+      for (const auto& [view, name] : names) {
+        NPURT_ASSIGN_OR_RETURN(in.*view, seq.get_buffer(name));
+      }
+      return Status();
+    };
     graph::CompileOptions weights_only = co;  // its caches are the pool's, not these
     std::erase_if(weights_only.shared, [&](const auto& kv) { return file.tensor(kv.first) == nullptr; });
-    auto compiled_batch = batch.sequence.compile(runtime, weights_only);
-    if (!compiled_batch.ok()) return compiled_batch.status().with_context(sizes + ", compiling the batched decode step");
-    part.batch = std::move(compiled_batch).value();
-    const std::pair<View Part::*, const char*> views[] = {
-        {&Part::batch_tokens, "tokens"}, {&Part::batch_positions, "positions"}, {&Part::batch_lens, "lens"},
-        {&Part::batch_tables, "tables"}, {&Part::batch_rows, "kv_rows"},     {&Part::batch_next, "next"},
-        {&Part::batch_logits, "logits"}};
-    for (const auto& [view, name] : views) {
-      NPURT_ASSIGN_OR_RETURN(part.*view, part.batch->get_buffer(name));
+    auto batch = compile_paged(file, config, options, shard, Paged::kDecode, runtime, weights_only);
+    if (!batch.ok()) return batch.status().with_context(sizes + ", compiling the batched decode step");
+    part.batch = std::move(batch).value();
+    NPURT_RETURN_IF_ERROR(views(*part.batch, part.batch_in));
+    if (options.prefill_chunk > 0) {
+      // The prefill chunk writes the pool the decode step reads: the same buffers.
+      graph::CompileOptions with_pool = weights_only;
+      for (const graph::BufferPlacement& p : part.batch->placements()) {
+        if (p.name.starts_with("k_pool.") || p.name.starts_with("v_pool.")) {
+          NPURT_ASSIGN_OR_RETURN(with_pool.shared[p.name], part.batch->get_buffer(p.name));
+        }
+      }
+      auto prefill = compile_paged(file, config, options, shard, Paged::kPrefill, runtime, with_pool);
+      if (!prefill.ok()) return prefill.status().with_context(sizes + ", compiling the paged prefill chunk");
+      part.paged_prefill = std::move(prefill).value();
+      NPURT_RETURN_IF_ERROR(views(*part.paged_prefill, part.paged_prefill_in));
     }
   }
   NPURT_ASSIGN_OR_RETURN(part.weight_bytes, upload_weights(file, step, *part.seq, runtime.memory(), progress));
@@ -763,6 +821,7 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, R
   if (options.batch_sequences > 0) {
     NPURT_ASSIGN_OR_RETURN(const PoolShape pool, pool_shape(config, options));
     model->max_batch_ = options.batch_sequences;
+    model->max_paged_prefill_ = paged_prefill_rows(config, options, pool);
     model->pool_blocks_ = pool.blocks;
     model->pool_block_positions_ = pool.block_positions;
     model->pool_max_blocks_ = pool.max_blocks;
@@ -850,18 +909,13 @@ StatusOr<std::vector<int32_t>> Gemma3Model::verify(std::span<const int32_t> toke
   return read_leading<int32_t>(p.runtime->memory(), p.verify_next, tokens.size());
 }
 
-StatusOr<std::vector<int32_t>> Gemma3Model::decode_batch(std::span<const BatchToken> batch) {
-  if (max_batch_ == 0) return failed_precondition("gemma3: loaded without a batched decode step (batch_sequences 0)");
-  if (batch.empty() || batch.size() > max_batch_) {
-    return invalid_argument("gemma3: decode_batch of " + std::to_string(batch.size()) +
-                            " sequences; the compiled step takes 1 .. " + std::to_string(max_batch_));
-  }
+Status Gemma3Model::write_paged(const PagedInputs& in, std::span<const BatchToken> batch, const char* what) {
   const uint32_t bp = pool_block_positions_, mb = pool_max_blocks_;
   const size_t n = batch.size();
   std::vector<int32_t> tokens(n), positions(n), lens(n), rows(n), tables(n * mb, -1);
   for (size_t i = 0; i < n; ++i) {
     const BatchToken& b = batch[i];
-    const std::string who = "gemma3: decode_batch sequence " + std::to_string(i);
+    const std::string who = std::string("gemma3: ") + what + " row " + std::to_string(i);
     if (b.token < 0 || b.token >= config_.vocab) {
       return invalid_argument(who + ": token " + std::to_string(b.token) + " is outside the vocabulary of " +
                               std::to_string(config_.vocab));
@@ -891,28 +945,61 @@ StatusOr<std::vector<int32_t>> Gemma3Model::decode_batch(std::span<const BatchTo
     rows[i] = static_cast<int32_t>(b.row);
   }
   Part& p = parts_[0];
-  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_tokens, tokens));
-  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_positions, positions));
-  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_lens, lens));
-  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_tables, tables));
-  NPURT_RETURN_IF_ERROR(write_tokens(p, p.batch_rows, rows));
-  const auto count = static_cast<int64_t>(n);
-  const graph::Scalars scalars{{kPrefillRows, count},
-                               {kPrefillQRows, count * p.q_heads},
-                               {kPrefillKvRows, count * p.kv_heads},
-                               {"pos", 0},  // RoPE reads "positions" instead
-                               {kRopeLocal, Gemma3Config::kRopeBaseLocal},
-                               {kRopeGlobal, config_.rope_base_global}};
-  last_batch_ = 0;
-  NPURT_RETURN_IF_ERROR(run_parts(&Part::batch, scalars));
-  last_batch_ = static_cast<uint32_t>(n);
-  return read_leading<int32_t>(p.runtime->memory(), p.batch_next, n);
+  NPURT_RETURN_IF_ERROR(write_tokens(p, in.tokens, tokens));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, in.positions, positions));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, in.lens, lens));
+  NPURT_RETURN_IF_ERROR(write_tokens(p, in.tables, tables));
+  return write_tokens(p, in.rows, rows);
+}
+
+graph::Scalars Gemma3Model::paged_scalars(size_t rows, bool prefill) const {
+  const auto n = static_cast<int64_t>(rows);
+  graph::Scalars s{{kPrefillRows, n},
+                   {kPrefillQRows, n * parts_[0].q_heads},
+                   {kPrefillKvRows, n * parts_[0].kv_heads},
+                   {"pos", 0},  // RoPE reads "positions" instead
+                   {kRopeLocal, Gemma3Config::kRopeBaseLocal},
+                   {kRopeGlobal, config_.rope_base_global}};
+  if (prefill) s[kPrefillLast] = n - 1;
+  return s;
+}
+
+StatusOr<std::vector<int32_t>> Gemma3Model::decode_batch(std::span<const BatchToken> batch) {
+  if (max_batch_ == 0) return failed_precondition("gemma3: loaded without a batched decode step (batch_sequences 0)");
+  if (batch.empty() || batch.size() > max_batch_) {
+    return invalid_argument("gemma3: decode_batch of " + std::to_string(batch.size()) +
+                            " sequences; the compiled step takes 1 .. " + std::to_string(max_batch_));
+  }
+  Part& p = parts_[0];
+  NPURT_RETURN_IF_ERROR(write_paged(p.batch_in, batch, "decode_batch"));
+  last_paged_ = {};
+  NPURT_RETURN_IF_ERROR(run_parts(&Part::batch, paged_scalars(batch.size(), false)));
+  last_paged_ = {&PagedInputs::logits, static_cast<uint32_t>(batch.size()), &Part::batch_in};
+  return read_leading<int32_t>(p.runtime->memory(), p.batch_in.next, batch.size());
+}
+
+StatusOr<int32_t> Gemma3Model::prefill_paged(std::span<const BatchToken> rows) {
+  if (max_paged_prefill_ == 0) {
+    return failed_precondition("gemma3: loaded without a paged prefill chunk (batch_sequences or prefill_chunk 0)");
+  }
+  if (rows.empty() || rows.size() > max_paged_prefill_) {
+    return invalid_argument("gemma3: prefill_paged of " + std::to_string(rows.size()) +
+                            " rows; the compiled chunk takes 1 .. " + std::to_string(max_paged_prefill_));
+  }
+  Part& p = parts_[0];
+  NPURT_RETURN_IF_ERROR(write_paged(p.paged_prefill_in, rows, "prefill_paged"));
+  last_paged_ = {};
+  NPURT_RETURN_IF_ERROR(run_parts(&Part::paged_prefill, paged_scalars(rows.size(), true)));
+  last_paged_ = {&PagedInputs::logits, 1, &Part::paged_prefill_in};
+  NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, read_leading<int32_t>(p.runtime->memory(), p.paged_prefill_in.next, 1));
+  return next[0];
 }
 
 StatusOr<std::vector<float>> Gemma3Model::batch_logits() const {
-  if (last_batch_ == 0) return failed_precondition("gemma3: no decode_batch() call yet");
+  if (last_paged_.rows == 0) return failed_precondition("gemma3: no decode_batch() or prefill_paged() call yet");
   const Part& p = parts_[0];
-  return read_leading<float>(p.runtime->memory(), p.batch_logits, size_t{last_batch_} * config_.vocab);
+  return read_leading<float>(p.runtime->memory(), p.*last_paged_.step.*last_paged_.logits,
+                             size_t{last_paged_.rows} * config_.vocab);
 }
 
 StatusOr<std::vector<float>> Gemma3Model::verify_logits() const {

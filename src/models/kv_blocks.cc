@@ -105,6 +105,9 @@ void KvBlocks::publish(const Sequence& s, size_t index) {
   const uint32_t b = s.table[index];
   Block& k = blocks_[b];
   if (k.findable) return;
+  const uint32_t bp = options_.block_positions;
+  const auto first = s.generated.begin() + static_cast<std::ptrdiff_t>(index * bp);
+  if (std::find(first, first + bp, true) != first + bp) return;
   Key key = key_of(s, index);
   if (key.empty() || index_.contains(key)) return;
   index_.emplace(key, b);
@@ -141,6 +144,7 @@ StatusOr<uint32_t> KvBlocks::add(SequenceId id, std::span<const int32_t> prompt)
     s.table.push_back(it->second);
   }
   const auto length = static_cast<uint32_t>(s.tokens.size());
+  s.generated.assign(length, false);
   release_outside_window(s, length);
   seqs_.emplace(id, std::move(s));
   return length;
@@ -167,7 +171,7 @@ uint32_t KvBlocks::blocks_needed(const Sequence& s, uint32_t n) const {
   return need;
 }
 
-StatusOr<AppendPlan> KvBlocks::append(SequenceId id, std::span<const int32_t> tokens) {
+StatusOr<AppendPlan> KvBlocks::append(SequenceId id, std::span<const int32_t> tokens, TokenOrigin origin) {
   NPURT_ASSIGN_OR_RETURN(Sequence * s, find(id));
   AppendPlan plan;
   if (tokens.empty()) return plan;
@@ -201,6 +205,7 @@ StatusOr<AppendPlan> KvBlocks::append(SequenceId id, std::span<const int32_t> to
     s->table[j] = to;
   }
   s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.end());
+  s->generated.resize(s->tokens.size(), origin == TokenOrigin::kGenerated);
   plan.rows.reserve(n);
   for (size_t p = start; p < start + n; ++p) plan.rows.push_back(s->table[p / bp] * bp + static_cast<uint32_t>(p % bp));
   for (size_t j = first; j <= last; ++j) {
@@ -234,6 +239,7 @@ Status KvBlocks::truncate(SequenceId id, uint32_t length) {
   }
   s->table.resize(keep);
   s->tokens.resize(length);
+  s->generated.resize(length);
   return ok_status();
 }
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <string>
 
+#include "npurt/models/stop_text.h"
+
 namespace npurt::models {
 namespace {
 
@@ -63,43 +65,6 @@ int draft_budget(const TokenModel& model, int policy_length, int left, int32_t c
   const int verify = static_cast<int>(model.max_verify_tokens());
   return std::max(0, std::min({policy_length, left, verify - 1, static_cast<int>(context_left) - 1}));
 }
-
-// The text of the output so far, for stop strings: which tokens are safe to hand out
-// (no stop string can start in them any more) and where the first match starts.
-class StopText {
- public:
-  StopText(const Tokenizer* tokenizer, const std::vector<std::string>& stops) : tok_(tokenizer), stops_(stops) {
-    for (const std::string& s : stops_) hold_ = std::max(hold_, s.size() - 1);
-  }
-  bool active() const { return !stops_.empty(); }
-  // Appends `token`'s text; true if a stop string now matches.
-  bool add(int32_t token) {
-    const size_t from = text_.size() > hold_ ? text_.size() - hold_ : 0;
-    text_ += tok_->token_text(token);
-    ends_.push_back(text_.size());
-    for (const std::string& s : stops_) {
-      const size_t at = text_.find(s, from);
-      if (at != std::string::npos) match_ = std::min(match_, at);
-    }
-    return match_ != std::string::npos;
-  }
-  // Tokens whose text ends where no stop string can start any more (all but the
-  // held-back tail; with a match, the tokens wholly before it).
-  size_t safe_tokens(bool final) const {
-    const size_t limit = match_ != std::string::npos ? match_ : final ? text_.size() : text_.size() - std::min(hold_, text_.size());
-    size_t n = 0;
-    while (n < ends_.size() && ends_[n] <= limit) ++n;
-    return n;
-  }
-
- private:
-  const Tokenizer* tok_;
-  const std::vector<std::string>& stops_;
-  size_t hold_ = 0;
-  std::string text_;
-  std::vector<size_t> ends_;  // text_ length after each token
-  size_t match_ = std::string::npos;
-};
 
 }  // namespace
 

@@ -13,28 +13,13 @@
 
 #include "hal/sim/matvec_kernels.h"
 #include "models/gemma3_rig.h"
+#include "npurt/base/math.h"
 #include "models/real_model.h"
 #include "npurt/models/host_oracle.h"
 #include "npurt/models/kv_blocks.h"
 
 namespace npurt::models {
 namespace {
-
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
-std::vector<uint32_t> bits(std::span<const float> v) {
-  std::vector<uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size_bytes());
-  return b;
-}
 
 // Sequences decoded through decode_batch(): each feeds its prompt, then its greedy
 // tokens, one token per call; `together` runs every live sequence in each call (slot
@@ -104,13 +89,6 @@ Decoded run_sequences(Gemma3Model& m, const std::vector<std::vector<int32_t>>& p
     }
   }
   return r;
-}
-
-std::vector<int32_t> random_prompt(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(n);
-  for (int32_t& t : p) t = static_cast<int32_t>(rng() % 300);
-  return p;
 }
 
 // `prompts` and `greedy` tokens each through decode_batch(), together (slots rotating,

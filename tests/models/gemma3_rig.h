@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
+#include <span>
 #include <vector>
 
 #include "models/synthetic_gemma3.h"
@@ -45,6 +47,21 @@ inline SyntheticGemma3 typed_model() {
              {t(1, "attn_output"), isa::DType::kQ6_K}, {t(1, "ffn_gate"), isa::DType::kQ4_0}, {t(1, "ffn_up"), isa::DType::kQ4_K},
              {t(1, "ffn_down"), isa::DType::kQ5_K}};
   return m;
+}
+
+// The bits of each float: logits compared for exact equality.
+inline std::vector<uint32_t> bits(std::span<const float> v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size_bytes());
+  return b;
+}
+
+// n token ids of the synthetic model's 300, from `seed`.
+inline std::vector<int32_t> random_prompt(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(n);
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % 300);
+  return p;
 }
 
 struct Rig {

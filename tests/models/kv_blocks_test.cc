@@ -101,6 +101,25 @@ TEST(KvBlocks, ACachedPromptPrefixIsSharedInsteadOfComputed) {
   EXPECT_EQ(*kv.add(6, prompt), 8u);
 }
 
+// A block holding a generated token is found by no prompt, even one with the same
+// tokens: the prompt's own computation of them may differ in the last bits.
+TEST(KvBlocks, BlocksHoldingGeneratedTokensAreNotShared) {
+  KvBlocks kv = *KvBlocks::create({.blocks = 16, .block_positions = 4});
+  const std::vector<int32_t> prompt = iota_tokens(6), out{50, 51, 52, 53, 54};
+  ASSERT_EQ(*kv.add(1, prompt), 0u);
+  ASSERT_TRUE(kv.append(1, prompt).ok());
+  for (int32_t t : out) ASSERT_TRUE(kv.append(1, std::span(&t, 1), TokenOrigin::kGenerated).ok());
+  // Positions 0 .. 3 are prompt alone; 4 .. 7 and 8 .. 10 hold generated tokens.
+  std::vector<int32_t> both = prompt;
+  both.insert(both.end(), out.begin(), out.end());
+  both.push_back(99);
+  EXPECT_EQ(*kv.add(2, both), 4u);
+  // Rewound to the prompt and run again as prompt, its second block is findable.
+  ASSERT_TRUE(kv.truncate(1, 6).ok());
+  ASSERT_TRUE(kv.append(1, std::span(out).first(2)).ok());
+  EXPECT_EQ(*kv.add(3, both), 8u);
+}
+
 TEST(KvBlocks, RunningOutFailsByNameAndChangesNothing) {
   KvBlocks kv = *KvBlocks::create({.blocks = 3, .block_positions = 4});
   ASSERT_TRUE(kv.add(1, iota_tokens(12)).ok());

@@ -277,3 +277,26 @@ def test_engine_requests_get_what_they_get_alone_and_the_reference_continuation(
         engine.submit("x", max_tokens=0)
     with pytest.raises(npurt.FailedPreconditionError, match="batch=N"):
         npurt.Gemma3(MODEL, max_context=64).engine()
+
+
+def test_engine_chunked_prompts_stop_strings_and_logprobs():
+    model = npurt.Gemma3(MODEL, max_context=96, prefill_chunk=16, batch=2)
+    long = "In the beginning" + " and then the next thing happened" * 5
+    assert len(model.encode(long)) > 16  # two prefill chunks
+    engine = model.engine()
+    plain = engine.submit("The capital of France is", max_tokens=8)
+    sampled = engine.submit(long, max_tokens=8, temperature=0.8, seed=3, logprobs=2)
+    stopped = engine.submit("The capital of France is", max_tokens=8, stop=["country"])
+    engine.run()
+    assert engine.output(plain) == LLAMA_CPP_FIRST_8
+    assert "country" in engine.text(plain)
+    assert engine.text(plain).startswith(engine.text(stopped)) and "country" not in engine.text(stopped)
+    assert len(engine.output(stopped)) == 4  # " the capital of the", then " country"
+    assert engine.finish_reason(stopped) == "stop_string"
+    logprobs = engine.logprobs(sampled)
+    assert [e["token"] for e in logprobs] == engine.output(sampled)
+    assert all(e["logprob"] <= 0 and len(e["top"]) == 2 for e in logprobs)
+    alone = model.engine()
+    again = alone.submit(long, max_tokens=8, temperature=0.8, seed=3)
+    alone.run()
+    assert alone.output(again) == engine.output(sampled)

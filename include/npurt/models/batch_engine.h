@@ -8,9 +8,12 @@
 //   engine->output(*id);                                 // the request's tokens
 //
 // Each step() admits queued requests while the compiled batch has room, runs one
-// decode_batch() over every running request (a prompt token, or the last chosen one)
-// and retires the requests that finished. Prompts go in one token per step, except
-// the blocks KvBlocks finds cached (a shared prefix is not computed again). When the
+// chunk of the oldest unfinished prompt through the model's paged prefill chunk (up to
+// Gemma3Options::prefill_chunk tokens, matrix work; without one, prompts go one token
+// per decode step), then one decode_batch() over every running request past its prompt,
+// and retires the requests that finished. So a long new prompt costs the running
+// requests one chunk per step, not a stall. The blocks KvBlocks finds cached are not
+// computed again (a shared prefix of prompt tokens). When the
 // pool runs out of blocks, the most recently admitted request is preempted: its blocks
 // are released and it waits at the head of the queue with what it has produced, to be
 // recomputed when readmitted.
@@ -27,13 +30,16 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "npurt/base/status.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/kv_blocks.h"
 #include "npurt/models/sampler.h"
+#include "npurt/models/stop_text.h"
 #include "npurt/models/token_model.h"
+#include "npurt/models/tokenizer.h"
 
 namespace npurt::models {
 
@@ -44,20 +50,27 @@ struct EngineRequest {
   int max_tokens = 16;          // >= 1
   SamplingParams sampling{};    // greedy unless told otherwise
   std::vector<int32_t> stop_tokens{};  // end the request (not returned)
+  // End the request where its text first holds one (the text before it is returned);
+  // needs the engine's tokenizer.
+  std::vector<std::string> stop_strings{};
 };
 
 enum class RequestState : uint8_t { kQueued, kRunning, kFinished, kCancelled, kFailed };
 
 class BatchEngine {
  public:
-  // Sees each token of a request as soon as it is chosen.
+  // Sees each token of a request as soon as it is chosen (with stop strings, once no
+  // stop string can start in its text).
   using OnToken = std::function<void(RequestId, int32_t)>;
 
   // Over `model`'s batched decode step (Gemma3Options::batch_sequences > 0) and a
   // KvBlocks over its pool; the engine keeps the model alive. The model's decode_batch()
   // is the engine's alone while it lives (its step(), verify() and prefill() are not
   // touched: they use the one-sequence cache).
-  static StatusOr<std::unique_ptr<BatchEngine>> create(std::shared_ptr<Gemma3Model> model);
+  // With a `tokenizer`, its stop tokens (end of text, end of turn) end a request too,
+  // and requests may have stop strings.
+  static StatusOr<std::unique_ptr<BatchEngine>> create(std::shared_ptr<Gemma3Model> model,
+                                                       std::shared_ptr<const Tokenizer> tokenizer = nullptr);
 
   // Queues a request; its tokens go to `on_token` as they come.
   StatusOr<RequestId> submit(EngineRequest request, OnToken on_token = {});
@@ -72,6 +85,9 @@ class BatchEngine {
   StatusOr<RequestState> state(RequestId id) const;
   // The tokens chosen so far (all of them once finished), and why it finished.
   StatusOr<std::vector<int32_t>> output(RequestId id) const;
+  // With SamplingParams::logprobs or top_logprobs: each output token's choice (its
+  // log-probability and the most likely alternatives).
+  StatusOr<std::vector<TokenChoice>> choices(RequestId id) const;
   StatusOr<FinishReason> finish_reason(RequestId id) const;
   // Why a failed request failed (ok for one that did not; not found for an unknown id).
   Status failure(RequestId id) const;
@@ -81,6 +97,8 @@ class BatchEngine {
   const KvBlocks& blocks() const { return kv_; }
   // Requests preempted so far (each one recomputed when readmitted).
   uint64_t preemptions() const { return preemptions_; }
+  // Prompt tokens computed so far (those found cached are not).
+  uint64_t prompt_tokens_computed() const { return prompt_tokens_computed_; }
 
  private:
   struct Request {
@@ -88,6 +106,9 @@ class BatchEngine {
     OnToken on_token;
     RequestState state = RequestState::kQueued;
     std::vector<int32_t> output;
+    std::vector<TokenChoice> choices;  // with logprobs
+    StopText stop_text{nullptr, {}};
+    size_t handed_out = 0;  // output tokens on_token has seen
     FinishReason reason = FinishReason::kLength;
     Status failure;
     // While running: the tokens its sequence holds (prompt, then output) and how many
@@ -96,7 +117,8 @@ class BatchEngine {
     size_t cached = 0;
   };
 
-  BatchEngine(std::shared_ptr<Gemma3Model> model, KvBlocks kv) : model_(std::move(model)), kv_(std::move(kv)) {}
+  BatchEngine(std::shared_ptr<Gemma3Model> model, std::shared_ptr<const Tokenizer> tokenizer, KvBlocks kv)
+      : model_(std::move(model)), tokenizer_(std::move(tokenizer)), kv_(std::move(kv)) {}
   StatusOr<Request*> find(RequestId id);
   StatusOr<const Request*> find(RequestId id) const;
   void admit();
@@ -104,17 +126,36 @@ class BatchEngine {
   void end(RequestId id, RequestState state);
   // The step's entries for every running request, preempting (or failing a request
   // that cannot fit alone) until the pool holds them all.
-  std::vector<BatchToken> plan_step(std::vector<std::vector<uint32_t>>& tables);
-  // Takes request `id`'s token `t`: a stop token ends it, any other is output.
-  void take(RequestId id, Request& r, int32_t t);
+  // The decode step's entries (`ids`: their requests, in slot order) for every running
+  // request past its prompt, preempting (or failing a request that cannot fit alone)
+  // until the pool holds them all.
+  std::vector<BatchToken> plan_step(std::vector<RequestId>& ids, std::vector<std::vector<uint32_t>>& tables);
+  // One paged prefill chunk of the oldest running request still in its prompt.
+  Status prefill_chunk();
+  // The pool cannot take what `needs` appends: preempts the newest request, or fails
+  // `needs` when it runs alone (false: nothing more to try).
+  bool make_room(RequestId needs, const Status& full);
+  // Whether r's prompt still goes through the paged prefill chunk (the model has one).
+  bool in_prompt(const Request& r) const;
+  static TokenOrigin origin_at(const Request& r, size_t position);
+  // r's next token: `greedy` (the device's argmax), or sampled from row `slot` of
+  // `logits` (`slots` rows).
+  StatusOr<TokenChoice> choose(const Request& r, int32_t greedy, const std::vector<float>& logits, size_t slot,
+                               size_t slots) const;
+  // Takes request `id`'s choice `c`: a stop token ends it, any other is output.
+  void take(RequestId id, Request& r, const TokenChoice& c);
+  // Hands r's output up to `upto` to its on_token.
+  static void hand_out(RequestId id, Request& r, size_t upto);
 
   std::shared_ptr<Gemma3Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;  // may be null
   KvBlocks kv_;
   std::map<RequestId, Request> requests_;
   std::deque<RequestId> queue_;
   std::vector<RequestId> running_;  // in admission order
   RequestId next_id_ = 1;
   uint64_t preemptions_ = 0;
+  uint64_t prompt_tokens_computed_ = 0;
 };
 
 }  // namespace npurt::models

@@ -160,9 +160,18 @@ class Gemma3Model final : public TokenModel {
   // same whatever else the batch holds, its slot and the batch's size. Independent of
   // step() and position(): the pool is not the one-sequence cache.
   StatusOr<std::vector<int32_t>> decode_batch(std::span<const BatchToken> batch);
-  // The logits of every sequence of the last decode_batch() call (n x vocab floats).
+  // The paged prefill chunk (batch_sequences and prefill_chunk > 0): 1 ..
+  // max_paged_prefill() rows, each a token at its position with its row and table as in
+  // decode_batch() (a row attends the rows before it in the same call), as matrix work;
+  // returns the greedy successor of the last row. Each row's keys and values are bitwise
+  // the same however a prompt is cut into calls (not the same as decode_batch() gives:
+  // matrix work sums in another order).
+  StatusOr<int32_t> prefill_paged(std::span<const BatchToken> rows);
+  // The logits of the last decode_batch() call (n x vocab floats) or of the last row
+  // of the last prefill_paged() call (vocab floats).
   StatusOr<std::vector<float>> batch_logits() const;
   uint32_t max_batch() const { return max_batch_; }
+  uint32_t max_paged_prefill() const { return max_paged_prefill_; }
   // The paged pool's blocks and positions per block (KvBlocksOptions for it).
   uint32_t kv_blocks() const { return pool_blocks_; }
   uint32_t kv_block_positions() const { return pool_block_positions_; }
@@ -191,6 +200,10 @@ class Gemma3Model final : public TokenModel {
   const graph::CompiledSequence* verify_sequence() const { return parts_[0].verify.get(); }
 
  private:
+  // The inputs and outputs of a step over the paged pool.
+  struct PagedInputs {
+    View tokens, positions, lens, tables, rows, next, logits;
+  };
   // What one device holds and runs.
   struct Part {
     std::shared_ptr<Runtime> runtime;
@@ -200,8 +213,9 @@ class Gemma3Model final : public TokenModel {
     View prefill_tokens, prefill_next, prefill_logits;
     std::unique_ptr<graph::CompiledSequence> verify;
     View verify_tokens, verify_next, verify_logits;
-    std::unique_ptr<graph::CompiledSequence> batch;
-    View batch_tokens, batch_positions, batch_lens, batch_tables, batch_rows, batch_next, batch_logits;
+    // The steps over the paged pool: the batched decode step and the paged prefill chunk.
+    std::unique_ptr<graph::CompiledSequence> batch, paged_prefill;
+    PagedInputs batch_in, paged_prefill_in;
     uint64_t weight_bytes = 0;
     int32_t q_heads = 0, kv_heads = 0;  // of its shard
   };
@@ -218,6 +232,11 @@ class Gemma3Model final : public TokenModel {
   // Whether `tokens` fit the context from position() and the vocabulary; `what` names
   // them in the error ("prompt", "verify").
   Status check_tokens(std::span<const int32_t> tokens, const char* what) const;
+  // Checks `batch` against the pool and writes it to part 0's inputs `in`; `what`
+  // names the call in errors.
+  Status write_paged(const PagedInputs& in, std::span<const BatchToken> batch, const char* what);
+  // The scalars of a paged step of `rows` rows.
+  graph::Scalars paged_scalars(size_t rows, bool prefill) const;
   // The token ids into the first tokens.size() entries of `ids`, a buffer of part `p`.
   static Status write_tokens(Part& p, const View& ids, std::span<const int32_t> tokens);
 
@@ -226,7 +245,13 @@ class Gemma3Model final : public TokenModel {
   bool last_prefill_ = false;  // which sequence's logits are the last
   uint32_t chunk_ = 0, max_chunk_ = 0;
   uint32_t max_verify_ = 0, last_verify_ = 0;  // compiled tokens; tokens of the last verify()
-  uint32_t max_batch_ = 0, last_batch_ = 0;    // compiled sequences; sequences of the last decode_batch()
+  uint32_t max_batch_ = 0, max_paged_prefill_ = 0;  // compiled rows of the paged steps
+  // Where the last paged step left its logits, and how many rows of them.
+  struct LastPaged {
+    View PagedInputs::*logits = nullptr;
+    uint32_t rows = 0;
+    PagedInputs Part::*step = nullptr;
+  } last_paged_;
   uint32_t pool_blocks_ = 0, pool_block_positions_ = 0, pool_max_blocks_ = 0;
   Gemma3Config config_;
   uint32_t max_context_ = 0;

@@ -15,6 +15,11 @@
 //   those of a block already computed is taken instead of computed again (add()
 //   returns the positions it spares; the prompt's last token is always left to run,
 //   as its logits are wanted). A block becomes findable once append() fills it.
+//   Only prompt tokens are found: a block holding a generated token (append() with
+//   TokenOrigin::kGenerated) is never taken by add(), since a prompt's tokens may be
+//   computed as matrix work that sums in another order than the decode step that
+//   computed the generated one, and a request's output must not depend on whose
+//   blocks it found.
 // - fork(): a child starts with its parent's blocks (n samples of one prompt).
 // A sequence writes only into a block it holds alone and no one can find: append()
 // first moves it to a fresh copy of any other block it would write into
@@ -58,6 +63,9 @@ struct BlockCopy {
   uint32_t from = 0, to = 0;
 };
 
+// How an appended token came to be: part of a prompt, or chosen by the model.
+enum class TokenOrigin : uint8_t { kPrompt, kGenerated };
+
 struct AppendPlan {
   std::vector<BlockCopy> copies;  // to perform first, in order
   std::vector<uint32_t> rows;     // the pool row of each appended token's position
@@ -79,7 +87,8 @@ class KvBlocks {
   Status fork(SequenceId parent, SequenceId child);
   // Positions length() .. length() + n - 1 of `id` for `tokens` (n of them): the rows
   // they go to, and the copies to make first. All or nothing.
-  StatusOr<AppendPlan> append(SequenceId id, std::span<const int32_t> tokens);
+  StatusOr<AppendPlan> append(SequenceId id, std::span<const int32_t> tokens,
+                              TokenOrigin origin = TokenOrigin::kPrompt);
   // Drops positions from `length` on (0 .. length(id)): a rewind, rejected drafts.
   Status truncate(SequenceId id, uint32_t length);
   // Ends `id`, releasing its blocks.
@@ -112,6 +121,7 @@ class KvBlocks {
   struct Sequence {
     std::vector<uint32_t> table;
     std::vector<int32_t> tokens;
+    std::vector<bool> generated;  // per position: appended as TokenOrigin::kGenerated
   };
 
   explicit KvBlocks(const KvBlocksOptions& o);
@@ -133,8 +143,8 @@ class KvBlocks {
   bool shared(uint32_t b) const;
   // Releases the blocks wholly before the window of a query at `query`.
   void release_outside_window(Sequence& s, uint32_t query);
-  // Makes block `index` of s findable once full, unless its chain is broken or an
-  // identical block already is.
+  // Makes block `index` of s findable once full, unless its chain is broken, it holds
+  // a generated token or an identical block already is findable.
   void publish(const Sequence& s, size_t index);
 
   KvBlocksOptions options_;
