@@ -87,6 +87,7 @@ struct Args {
   int tokens = 128, reps = 5, cores = 8;
   int chunk = static_cast<int>(models::Gemma3Options::kDefaultPrefillChunk);
   bool peer_json = false;
+  bool batched_json = false;
 };
 
 // The first n tokens of the prompt text (BOS first), repeated as needed.
@@ -153,6 +154,38 @@ double batched_decode_tps(models::Gemma3Model& model, const std::vector<int32_t>
   const auto t = Clock::now();
   for (int i = 0; i < steps; ++i) call(prompt + i);
   return double(B) * steps / seconds_since(t);
+}
+
+// The aggregate decode of B requests on a BatchEngine, as llama-batched-bench measures
+// it: each with its own `prompt`-token prompt (the text from its own offset, so no
+// prefix is shared), then `steps` tokens each; tokens/s over the steps after every
+// request has its first token (the prefill, in paged chunks, untimed).
+double engine_decode_tps(const std::shared_ptr<models::Gemma3Model>& model, const std::vector<int32_t>& text,
+                         uint32_t B, int prompt, int steps) {
+  auto engine = or_die(models::BatchEngine::create(model), "engine");
+  std::vector<int> got(B, 0);
+  for (uint32_t s = 0; s < B; ++s) {
+    std::vector<int32_t> p{text[0]};
+    for (int i = 1; i < prompt; ++i) p.push_back(text[1 + (s * 7 + i) % (text.size() - 1)]);
+    or_die(engine->submit({.prompt = p, .max_tokens = steps + 1}, [&got, s](models::RequestId, int32_t) { ++got[s]; }),
+           "submit");
+  }
+  while (std::any_of(got.begin(), got.end(), [](int n) { return n == 0; })) or_die(engine->step(), "step");
+  const auto t = Clock::now();
+  or_die(StatusOr<int>(engine->run_until_idle().ok() ? 0 : -1), "run");
+  return double(B) * steps / seconds_since(t);
+}
+
+// A model for the engine figures: up to 16 sequences of up to 128 positions, prompts
+// in paged chunks of 64.
+std::shared_ptr<models::Gemma3Model> load_batched(const models::GgufFile& file, uint32_t cores,
+                                                  const models::Gemma3Options& mo) {
+  models::Gemma3Options bo = mo;
+  bo.prefill_chunk = 64;
+  bo.verify_tokens = 0;
+  bo.batch_sequences = 16;
+  bo.kv_blocks = 16 * 128 / bo.kv_block_positions;
+  return or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
 }
 
 // Time to first token of a request with a `prompt`-token prompt on a BatchEngine
@@ -390,6 +423,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const bool has = i + 1 < argc;
     if (!std::strcmp(argv[i], "--peer-json")) a.peer_json = true;
+    else if (!std::strcmp(argv[i], "--batched-json")) a.batched_json = true;
     else if (has && !std::strcmp(argv[i], "--model")) a.model = argv[++i];
     else if (has && !std::strcmp(argv[i], "--tokens")) a.tokens = std::atoi(argv[++i]);
     else if (has && !std::strcmp(argv[i], "--reps")) a.reps = std::atoi(argv[++i]);
@@ -437,6 +471,18 @@ int main(int argc, char** argv) {
   const uint32_t cores = static_cast<uint32_t>(a.cores);
   const uint32_t context = 512 + static_cast<uint32_t>(a.tokens) + 1;  // the repeating prompt is shorter than 512
   models::Gemma3Options mo{.max_context = context, .prefill_chunk = static_cast<uint32_t>(a.chunk)};
+
+  if (a.batched_json) {
+    // llama-batched-bench's figure: 64-token prompts, 32 tokens each, B = 1 .. 16.
+    std::shared_ptr<models::Gemma3Model> batched = load_batched(file, cores, mo);
+    engine_decode_tps(batched, p512, 16, 64, 4);  // every pool page touched once
+    std::printf("{");
+    for (uint32_t B : {1u, 2u, 4u, 8u, 16u}) {
+      std::printf("%s\"decode_32_b%u_tokens_per_s\": %.3f", B == 1 ? "" : ", ", B, engine_decode_tps(batched, p512, B, 64, 32));
+    }
+    std::printf(", \"host_threads\": %u, \"cores\": %d}\n", std::thread::hardware_concurrency(), a.cores);
+    return 0;
+  }
 
   if (a.peer_json) {
     // Decode after kDepth positions, on a model whose context holds them (the prompt
@@ -601,12 +647,8 @@ int main(int argc, char** argv) {
     // Many sequences per pass: a model with the batched step over a pool of 16
     // sequences x 128 positions (16 each fed, then 32 timed), medians of the reps.
     constexpr int kFed = 16, kSteps = 32;
-    models::Gemma3Options bo = mo;
-    bo.prefill_chunk = 64;
-    bo.verify_tokens = 0;
-    bo.batch_sequences = 16;
-    bo.kv_blocks = 16 * 128 / bo.kv_block_positions;
-    std::shared_ptr<models::Gemma3Model> batched = or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
+    std::shared_ptr<models::Gemma3Model> batched = load_batched(file, cores, mo);
+    batched_decode_tps(*batched, p64, 16, kFed, 4);  // every pool page touched once
     std::printf("  batched decode, paged KV (%u-position blocks): tokens/s over all B sequences, and that over B x\n"
                 "  the one-sequence decode above (%.1f) and over B x its bandwidth floor (%.1f)\n",
                 batched->kv_block_positions(), decode, floor_tps);
@@ -615,6 +657,12 @@ int main(int argc, char** argv) {
       for (int r = 0; r < a.reps; ++r) tps.push_back(batched_decode_tps(*batched, p64, B, kFed, kSteps));
       std::printf("    %2u sequences                %10.1f tokens/s  %5.2fx %u x decode, %5.2fx %u x floor\n", B,
                   median(tps), median(tps) / (B * decode), B, median(tps) / (B * floor_tps), B);
+    }
+    std::printf("  engine, 64-token prompts then 32 tokens each (llama-batched-bench's figure): tokens/s over all\n");
+    for (uint32_t B : {1u, 2u, 4u, 8u, 16u}) {
+      std::vector<double> tps;
+      for (int r = 0; r < a.reps; ++r) tps.push_back(engine_decode_tps(batched, p512, B, 64, 32));
+      std::printf("    %2u requests                 %10.1f tokens/s\n", B, median(tps));
     }
     // Continuous batching: a new request's 64-token prompt goes through the paged
     // prefill chunk between the decode steps of the running ones.

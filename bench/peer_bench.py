@@ -18,6 +18,14 @@ token ids:
                     then reads 4096 cached positions in the global layers; npurt
                     with its f32 KV cache and with an f16 one (llama.cpp's default)
 
+Then batched decoding, aggregate tokens/s of B = 1, 2, 4, 8, 16 sequences, each after
+its own 64-token prompt, 32 tokens each, timed over the decoding: llama.cpp's
+llama-batched-bench (built by scripts/install-peer.sh from the llama.cpp that
+llama-cpp-python vendors: -npp 64 -ntg 32, its S_TG column) next to npurt's
+BatchEngine (NPURT_BENCH --batched-json: requests with their own prompts, continuous
+batching over the batched decode step; tokens/s once every request has its first
+token).
+
 The prompt is the text of bench/peer_prompt.txt with trailing whitespace removed,
 tokenized with BOS (no other special tokens) and cut to exactly N tokens. The text is
 long enough for every N used here, so it is never repeated.
@@ -65,6 +73,12 @@ NPURT_KEYS = tuple(key for _, key, _, _ in FIGURES) + (
     "host_threads", "prefill_chunk", "cores", "speculate", "repeat_tokens_per_pass", "prose_tokens_per_pass")
 DEFAULT_REPEAT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repeat_prompt.txt")
 
+BATCHES = (1, 2, 4, 8, 16)
+BATCH_PROMPT = 64
+BATCH_STEPS = 32
+DEFAULT_BATCHED_BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                     ".venv-peer", "llama.cpp-build", "bin", "llama-batched-bench")
+
 DEFAULT_PROMPT_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_prompt.txt")
 
 
@@ -82,6 +96,8 @@ def parse_args():
     p.add_argument("--threads", type=int, default=None,
                    help="llama.cpp threads (default: the npurt side's host_threads, "
                         "else the CPU count)")
+    p.add_argument("--batched-bench", default=DEFAULT_BATCHED_BENCH,
+                   help="llama-batched-bench binary (default: where install-peer.sh builds it)")
     p.add_argument("--prompt-file", default=DEFAULT_PROMPT_FILE,
                    help="prompt text (default: bench/peer_prompt.txt)")
     p.add_argument("--repeat-prompt-file", default=DEFAULT_REPEAT_FILE,
@@ -92,16 +108,15 @@ def parse_args():
     if args.threads is not None and args.threads < 1:
         p.error("--threads must be at least 1")
     for path, what in ((args.model, "model"), (args.npurt_bench, "npurt bench"),
+                       (args.batched_bench, "llama-batched-bench (scripts/install-peer.sh builds it)"),
                        (args.prompt_file, "prompt file"), (args.repeat_prompt_file, "repeat prompt file")):
         if not os.path.isfile(path):
             fail(f"{what} not found: {path}")
     return args
 
 
-def run_npurt(args):
-    """One npurt repetition; returns its JSON object."""
-    cmd = [args.npurt_bench, "--model", args.model, "--peer-json",
-           "--prompt-file", args.prompt_file, "--repeat-prompt-file", args.repeat_prompt_file]
+def run_json(cmd):
+    """Runs cmd; returns the JSON object on the last line of its stdout."""
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
@@ -114,6 +129,46 @@ def run_npurt(args):
         fail(f"{' '.join(cmd)}: the last line of stdout is not a JSON object")
     if not isinstance(result, dict):
         fail(f"{' '.join(cmd)}: the last line of stdout is not a JSON object")
+    return result
+
+
+def run_npurt_batched(args):
+    """npurt's aggregate decode tokens/s per B, one repetition."""
+    result = run_json([args.npurt_bench, "--model", args.model, "--batched-json"])
+    keys = {b: f"decode_{BATCH_STEPS}_b{b}_tokens_per_s" for b in BATCHES}
+    missing = [k for k in keys.values() if k not in result]
+    if missing:
+        fail(f"npurt --batched-json lacks {', '.join(missing)}")
+    return {b: float(result[k]) for b, k in keys.items()}
+
+
+def run_llama_batched(args, threads):
+    """llama-batched-bench's aggregate decode tokens/s (S_TG) per B, one repetition."""
+    cmd = [args.batched_bench, "-m", args.model, "-c", "2048", "-b", "2048", "-ub", "512",
+           "-npp", str(BATCH_PROMPT), "-ntg", str(BATCH_STEPS), "-npl", ",".join(map(str, BATCHES)),
+           "-t", str(threads)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        fail(f"{' '.join(cmd)} exited with status {proc.returncode}")
+    header, rows = None, {}
+    for line in proc.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if "S_TG t/s" in cells:
+            header = cells
+        elif header and len(cells) == len(header) and cells[0].isdigit():
+            rows[int(cells[header.index("B")])] = float(cells[header.index("S_TG t/s")])
+    if sorted(rows) != sorted(BATCHES):
+        sys.stderr.write(proc.stdout[-4000:])
+        fail(f"{' '.join(cmd)}: no S_TG for every B in its table")
+    return rows
+
+
+def run_npurt(args):
+    """One npurt repetition; returns its JSON object."""
+    cmd = [args.npurt_bench, "--model", args.model, "--peer-json",
+           "--prompt-file", args.prompt_file, "--repeat-prompt-file", args.repeat_prompt_file]
+    result = run_json(cmd)
     missing = [k for k in NPURT_KEYS if k not in result]
     if missing:
         fail(f"{' '.join(cmd)}: JSON lacks {', '.join(missing)}")
@@ -225,6 +280,20 @@ def main():
         llama_samples.append(sample)
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
 
+    # Batched decoding, the two sides alternating, after the single-sequence figures.
+    npurt_batched, llama_batched = [], []
+    for rep in range(args.reps):
+        npurt_batched.append(run_npurt_batched(args))
+        llama_batched.append(run_llama_batched(args, threads))
+        print(f"batched repetition {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
+    batched_rows = {}
+    for b in BATCHES:
+        n = statistics.median(s[b] for s in npurt_batched)
+        l = statistics.median(s[b] for s in llama_batched)
+        batched_rows[str(b)] = {"npurt_tokens_per_s": n, "llama_cpp_tokens_per_s": l, "ratio": n / l if l > 0 else None,
+                                "npurt_samples": [s[b] for s in npurt_batched],
+                                "llama_cpp_samples": [s[b] for s in llama_batched]}
+
     version = llama_cpp.__version__
     system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
 
@@ -261,6 +330,15 @@ def main():
         print(f"{label:<20} {r['npurt_tokens_per_s']:>12.1f} "
               f"{r['llama_cpp_tokens_per_s']:>16.1f} {ratio:>7}")
 
+    print()
+    print(f"batched decode: B sequences, {BATCH_PROMPT}-token prompts, {BATCH_STEPS} tokens each; aggregate "
+          f"tokens/s (npurt: BatchEngine; llama.cpp: llama-batched-bench S_TG)")
+    print(f"{'B':<20} {'npurt tok/s':>12} {'llama.cpp tok/s':>16} {'ratio':>7}")
+    for b in BATCHES:
+        r = batched_rows[str(b)]
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        print(f"{b:<20} {r['npurt_tokens_per_s']:>12.1f} {r['llama_cpp_tokens_per_s']:>16.1f} {ratio:>7}")
+
     report = {
         "model": args.model,
         "prompt_file": args.prompt_file,
@@ -270,6 +348,7 @@ def main():
         "llama_cpp_system_info": system_info,
         "npurt": npurt_info,
         "figures": rows,
+        "batched": batched_rows,
         # For checking the npurt side's inputs and outputs against llama.cpp's: the
         # prompt ids (the longest prefill's; the shorter ones are its prefixes) and
         # llama.cpp's greedy ids in the last decode.
