@@ -6,7 +6,7 @@ TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 # libFuzzer targets, fuzz/fuzz_<name>.cc with seeds in fuzz/seeds/<name>/; each runs FUZZ_SECONDS.
-FUZZ_TARGETS = verifier gguf tokenizer sequence
+FUZZ_TARGETS = verifier gguf tokenizer sequence openai_request
 MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 # The compiler cache keys on paths relative to the checkout, so a fresh clone elsewhere
@@ -19,7 +19,7 @@ DEBUG_PATHS = -fdebug-prefix-map=$(CURDIR)=.
 # reports still name file and line.
 ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG $(DEBUG_PATHS)"
 
-.PHONY: deps build demo generate bench-model bench-peer test test-release test-asan test-tsan test-python test-install test-docs fuzz bench bench-ops bench-comm bench-parallel clean model
+.PHONY: deps build demo generate bench-model bench-peer bench-serve test test-release test-asan test-tsan test-python test-install test-docs fuzz bench bench-ops bench-comm bench-parallel clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -119,6 +119,13 @@ bench-parallel: build model
 	./$(BUILD)/bench/npurt_parallel_bench --model $(MODEL)
 	$(MPIRUN) -np 2 ./$(BUILD)/bench/npurt_parallel_bench --mpi --model $(MODEL)
 	$(MPIRUN) -np 4 ./$(BUILD)/bench/npurt_parallel_bench --mpi --model $(MODEL)
+
+# `npurt serve` next to llama-server (built by install-peer.sh from the same llama.cpp
+# source) under one load generator: aggregate tokens/s, TTFT p50/p99 and responses that
+# differ from the same request alone, at 1, 4, 8 and 16 clients; JSON in $(BUILD)/serve_bench.json.
+bench-serve: build model
+	@bash scripts/install-peer.sh
+	.venv-peer/bin/python bench/serve_bench.py --model $(MODEL) --npurt $(BUILD)/npurt --out $(BUILD)/serve_bench.json
 
 # Gemma-3 decode tokens/s against the bandwidth floor measured in the same run.
 bench-model: build model

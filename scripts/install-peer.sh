@@ -65,20 +65,21 @@ cmake_args() {
 ARGS="$(cmake_args)"
 WANT="llama-cpp-python==$VERSION $ARGS"
 
-# llama-batched-bench (aggregate decode of many sequences) from the llama.cpp the same
-# source distribution vendors, built with the same instruction sets into
-# $VENV/llama.cpp-build; its own stamp.
+# llama-batched-bench (aggregate decode of many sequences) and llama-server (the peer of
+# `npurt serve`) from the llama.cpp the same source distribution vendors, built with the
+# same instruction sets into $VENV/llama.cpp-build; their own stamp.
 TOOLS_STAMP="$VENV/.peer-tools-stamp"
 TOOLS_BUILD="$VENV/llama.cpp-build"
 build_tools() {
-  if [ -x "$TOOLS_BUILD/bin/llama-batched-bench" ] && [ -f "$TOOLS_STAMP" ] && [ "$(cat "$TOOLS_STAMP")" = "$WANT" ]; then
+  if [ -x "$TOOLS_BUILD/bin/llama-batched-bench" ] && [ -x "$TOOLS_BUILD/bin/llama-server" ] &&
+    [ -f "$TOOLS_STAMP" ] && [ "$(cat "$TOOLS_STAMP")" = "$WANT" ]; then
     return
   fi
   rm -f "$TOOLS_STAMP"
   local src="$VENV/sdist"
   rm -rf "$src"
   mkdir -p "$src"
-  echo "install-peer: building llama-batched-bench from llama-cpp-python $VERSION's llama.cpp (several minutes)"
+  echo "install-peer: building llama-batched-bench and llama-server from llama-cpp-python $VERSION's llama.cpp (several minutes)"
   "$VENV/bin/pip" download --disable-pip-version-check --no-deps --no-binary :all: -d "$src" \
     "llama-cpp-python==$VERSION" >>"$LOG" 2>&1 || die "pip download llama-cpp-python==$VERSION failed (log: $LOG)"
   tar -xzf "$src"/llama_cpp_python-"$VERSION".tar.gz -C "$src"
@@ -86,8 +87,8 @@ build_tools() {
   cmake -S "$src/llama_cpp_python-$VERSION/vendor/llama.cpp" -B "$TOOLS_BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF $ARGS >>"$LOG" 2>&1 ||
     die "configuring llama.cpp failed (log: $LOG)"
-  cmake --build "$TOOLS_BUILD" --target llama-batched-bench -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" >>"$LOG" 2>&1 ||
-    die "building llama-batched-bench failed (log: $LOG)"
+  cmake --build "$TOOLS_BUILD" --target llama-batched-bench llama-server -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+    >>"$LOG" 2>&1 || die "building llama-batched-bench and llama-server failed (log: $LOG)"
   rm -rf "$src"
   echo "$WANT" >"$TOOLS_STAMP"
 }

@@ -7,6 +7,7 @@
 
 #include "cli/batch.h"
 #include "cli/generate.h"
+#include "cli/serve.h"
 #include "cli/soak.h"
 #include "npurt/isa/disasm.h"
 #include "npurt/isa/isa.h"
@@ -43,6 +44,19 @@ void add_sampling_options(CLI::App& cmd, npurt::models::SamplingParams& p, std::
                  "print each token's log-probability and those of the N most likely (0 .. 20) to stderr")
       ->capture_default_str();
   cmd.add_option("--stop", stop, "text that ends generation (repeatable); it and what follows are not printed");
+}
+
+// The options of the commands that run the batching engine (batch, serve).
+void add_engine_options(CLI::App& cmd, std::string& model, int& parallel, uint32_t& cores, uint32_t& prefill_chunk) {
+  cmd.add_option("--model", model, "GGUF file (default: $NPURT_MODEL, else " + npurt::cli::default_model_path() + ")");
+  cmd.add_option("--parallel", parallel, "sequences decoded together; a request's text is the same at any value")
+      ->check(CLI::Range(1, static_cast<int>(npurt::isa::kMaxTmvBatch)))
+      ->capture_default_str();
+  cmd.add_option("--cores", cores, "logical cores of the simulated NPU")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd.add_option("--prefill-chunk", prefill_chunk,
+                 "prompt tokens per prefill call between decode steps (0: one per decode step)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
 }
 
 int disasm_file(const std::string& path) {
@@ -159,24 +173,33 @@ int main(int argc, char** argv) {
   npurt::cli::BatchArgs bat;
   auto* batch = app.add_subcommand("batch", "many prompts decoded together (continuous batching over a paged KV "
                                             "cache); one JSON line per prompt, in order, to stdout");
-  batch->add_option("--model", bat.model, "GGUF file (default: $NPURT_MODEL, else " +
-                                              npurt::cli::default_model_path() + ")");
+  add_engine_options(*batch, bat.model, bat.parallel, bat.cores, bat.prefill_chunk);
   batch->add_option("--prompts", bat.prompts, "file of one prompt a line (-: standard input)")->required();
-  batch->add_option("--parallel", bat.parallel, "sequences decoded together; every prompt's text is the same at "
-                                                "any value")
-      ->check(CLI::Range(1, static_cast<int>(npurt::isa::kMaxTmvBatch)))
-      ->capture_default_str();
   batch->add_option("--max-tokens", bat.max_tokens, "tokens to generate at most per prompt")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  batch->add_option("--cores", bat.cores, "logical cores of the simulated NPU")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  batch->add_option("--prefill-chunk", bat.prefill_chunk,
-                    "prompt tokens per prefill call between decode steps (0: one per decode step)")
-      ->check(CLI::Range(0, 4096))
-      ->capture_default_str();
   add_sampling_options(*batch, bat.sampling, bat.stop);
+
+  npurt::cli::ServeArgs srv;
+  auto* serve = app.add_subcommand("serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, "
+                                            "metrics, a chat page) over continuous batching");
+  add_engine_options(*serve, srv.model, srv.parallel, srv.cores, srv.prefill_chunk);
+  serve->add_option("--host", srv.host, "address to listen on")->capture_default_str();
+  serve->add_option("--port", srv.port, "port to listen on (0: any free one, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  serve->add_option("--max-queue", srv.max_queue, "requests waiting for a slot before new ones get 503")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  serve->add_option("--context", srv.context, "positions per sequence (prompt and output)")
+      ->check(CLI::Range(16, 1 << 20))
+      ->capture_default_str();
+  serve->add_option("--max-body", srv.max_body_bytes, "largest request body accepted, bytes")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))
+      ->capture_default_str();
+  serve->add_option("--deadline", srv.deadline_s, "seconds a request may run before it is cancelled")
+      ->check(CLI::Range(1, 24 * 3600))
+      ->capture_default_str();
 
   std::string model;
   auto* info = app.add_subcommand("info", "print a GGUF model file's header, metadata and tensor table");
@@ -188,6 +211,7 @@ int main(int argc, char** argv) {
     return npurt::cli::run_generate(gen);
   }
   if (batch->parsed()) return npurt::cli::run_batch(bat);
+  if (serve->parsed()) return npurt::cli::run_serve(srv);
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
   if (soak_cmd->parsed()) return npurt::cli::run_soak_command(soak);
   if (disasm->parsed()) return disasm_file(file);

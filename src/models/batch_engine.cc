@@ -36,7 +36,7 @@ StatusOr<const BatchEngine::Request*> BatchEngine::find(RequestId id) const {
   return &it->second;
 }
 
-StatusOr<RequestId> BatchEngine::submit(EngineRequest request, OnToken on_token) {
+Status BatchEngine::check(const EngineRequest& request) const {
   const int32_t vocab = model_->config().vocab;
   if (request.prompt.empty()) return invalid_argument("batch engine: the prompt is empty");
   for (size_t i = 0; i < request.prompt.size(); ++i) {
@@ -61,6 +61,11 @@ StatusOr<RequestId> BatchEngine::submit(EngineRequest request, OnToken on_token)
   if (!request.stop_strings.empty() && tokenizer_ == nullptr) {
     return invalid_argument("batch engine: stop strings need the engine's tokenizer (to read the tokens' text)");
   }
+  return ok_status();
+}
+
+StatusOr<RequestId> BatchEngine::submit(EngineRequest request, OnToken on_token) {
+  NPURT_RETURN_IF_ERROR(check(request));
   const RequestId id = next_id_++;
   Request& r = requests_[id];
   r.stop_text = StopText(tokenizer_.get(), request.stop_strings);

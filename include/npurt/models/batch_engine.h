@@ -72,6 +72,9 @@ class BatchEngine {
   static StatusOr<std::unique_ptr<BatchEngine>> create(std::shared_ptr<Gemma3Model> model,
                                                        std::shared_ptr<const Tokenizer> tokenizer = nullptr);
 
+  // An error naming what is wrong with `request` (as submit() would refuse it); reads
+  // only what does not change while the engine lives, so any thread may call it.
+  Status check(const EngineRequest& request) const;
   // Queues a request; its tokens go to `on_token` as they come.
   StatusOr<RequestId> submit(EngineRequest request, OnToken on_token = {});
   // Ends a queued or running request; its blocks are released at once.

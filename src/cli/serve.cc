@@ -1,0 +1,102 @@
+// `npurt serve`: listens first (GET /health says "loading"), loads the model onto a
+// simulated NPU, serves until SIGTERM or SIGINT, then stops taking connections,
+// cancels what still runs and exits 0.
+#include "cli/serve.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <pthread.h>
+
+#include "cli/generate.h"
+#include "npurt/models/gemma3_model.h"
+#include "npurt/models/gguf.h"
+#include "npurt/models/tokenizer.h"
+#include "serve/engine_loop.h"
+#include "serve/server.h"
+
+namespace npurt::cli {
+namespace {
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "npurt serve: %s\n", what.c_str());
+  return 1;
+}
+
+// The model's name in the API: the file's name without .gguf.
+std::string model_id(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+  return name;
+}
+
+}  // namespace
+
+int run_serve(const ServeArgs& args) {
+  // SIGTERM and SIGINT go to a thread that waits for them (sigwait), not to a handler:
+  // stopping the server is not async-signal-safe. Blocked before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  const std::string path = args.model.empty() ? default_model_path() : args.model;
+  if (!std::filesystem::is_regular_file(path)) {
+    return fail("no model file at " + path + " (run `make model`, pass --model PATH or set NPURT_MODEL)");
+  }
+  StatusOr<std::unique_ptr<serve::Server>> server =
+      serve::Server::bind({.host = args.host,
+                           .port = args.port,
+                           .max_body_bytes = static_cast<size_t>(args.max_body_bytes),
+                           .deadline = std::chrono::seconds(args.deadline_s)});
+  if (!server.ok()) return fail(server.status().to_string());
+  std::thread http([&] { (*server)->serve(); });
+  std::thread stopper([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::fprintf(stderr, "npurt serve: signal %d, stopping\n", sig);
+    (*server)->stop();
+  });
+  std::fprintf(stderr, "npurt serve: listening on http://%s:%d (loading %s)\n", args.host.c_str(),
+               (*server)->port(), path.c_str());
+
+  std::shared_ptr<models::GgufFile> gguf;  // outlives the model
+  const auto loaded = [&]() -> Status {
+    NPURT_ASSIGN_OR_RETURN(models::GgufFile file, models::GgufFile::open(path));
+    gguf = std::make_shared<models::GgufFile>(std::move(file));
+    NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*gguf));
+    auto tokenizer = std::make_shared<const models::Tokenizer>(std::move(tok));
+    const models::Gemma3Options mo{.max_context = args.context,
+                                   .prefill_chunk = args.prefill_chunk,
+                                   .verify_tokens = 0,
+                                   .batch_sequences = static_cast<uint32_t>(args.parallel)};
+    NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, models::gemma3_sim_options(*gguf, args.cores, mo));
+    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+    NPURT_ASSIGN_OR_RETURN(std::unique_ptr<models::Gemma3Model> model, models::Gemma3Model::load(*gguf, *runtime, mo));
+    NPURT_ASSIGN_OR_RETURN(std::unique_ptr<serve::EngineLoop> loop,
+                           serve::EngineLoop::start(std::shared_ptr<models::Gemma3Model>(std::move(model)), tokenizer,
+                                                    {.max_queue = static_cast<size_t>(args.max_queue)}));
+    (*server)->attach(std::move(loop), tokenizer, runtime, model_id(path));
+    std::fprintf(stderr, "npurt serve: ready (%d sequences together, %u positions each)\n", args.parallel,
+                 args.context);
+    return ok_status();
+  }();
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "npurt serve: %s: %s\n", path.c_str(), loaded.to_string().c_str());
+    (*server)->stop();
+  }
+  http.join();
+  // The HTTP side has stopped: detach the model (its loop cancels what still runs).
+  (*server)->detach();
+  pthread_kill(stopper.native_handle(), SIGTERM);  // wakes the signal thread if no signal came
+  stopper.join();
+  std::fprintf(stderr, "npurt serve: stopped\n");
+  return loaded.ok() ? 0 : 1;
+}
+
+}  // namespace npurt::cli

@@ -1,0 +1,110 @@
+#include "serve/metrics.h"
+
+#include <cstdio>
+
+namespace npurt::serve {
+namespace {
+
+void line(std::string& out, const std::string& name, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %.17g\n", value);
+  out += name + buf;
+}
+
+void header(std::string& out, const char* name, const char* type, const char* help) {
+  out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+}  // namespace
+
+void Metrics::request(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{endpoint, status}];
+}
+
+void Metrics::tokens(uint64_t prompt, uint64_t generated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += prompt;
+  generated_tokens_ += generated;
+}
+
+void Metrics::time_to_first_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.add(seconds);
+}
+
+void Metrics::inter_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  inter_token_.add(seconds);
+}
+
+void Metrics::Histogram::add(double v) {
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    if (v <= kBuckets[i]) {
+      ++counts[i];
+      break;
+    }
+  }
+  ++count;
+  sum += v;
+}
+
+void Metrics::Histogram::render(std::string& out, const char* name, const char* help) const {
+  header(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    cumulative += counts[i];
+    char le[32];
+    std::snprintf(le, sizeof le, "%g", kBuckets[i]);
+    line(out, std::string(name) + "_bucket{le=\"" + le + "\"}", static_cast<double>(cumulative));
+  }
+  line(out, std::string(name) + "_bucket{le=\"+Inf\"}", static_cast<double>(count));
+  line(out, std::string(name) + "_sum", sum);
+  line(out, std::string(name) + "_count", static_cast<double>(count));
+}
+
+std::string Metrics::render(const EngineFigures& engine, const hal::Counters& device) const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    header(out, "npurt_requests_total", "counter", "HTTP requests answered, by endpoint and status");
+    for (const auto& [key, n] : requests_) {
+      line(out, "npurt_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"}",
+           static_cast<double>(n));
+    }
+    header(out, "npurt_prompt_tokens_total", "counter", "prompt tokens of the requests answered");
+    line(out, "npurt_prompt_tokens_total", static_cast<double>(prompt_tokens_));
+    header(out, "npurt_generated_tokens_total", "counter", "tokens generated for the requests answered");
+    line(out, "npurt_generated_tokens_total", static_cast<double>(generated_tokens_));
+    ttft_.render(out, "npurt_time_to_first_token_seconds", "from a request's arrival to its first token");
+    inter_token_.render(out, "npurt_inter_token_seconds", "between a request's consecutive tokens");
+  }
+  const std::pair<const char*, double> gauges[] = {
+      {"npurt_queue_depth", static_cast<double>(engine.queued + engine.waiting)},
+      {"npurt_running_sequences", static_cast<double>(engine.running)},
+      {"npurt_kv_blocks_used", static_cast<double>(engine.kv_blocks_used)},
+      {"npurt_kv_blocks_free", static_cast<double>(engine.kv_blocks_free)}};
+  for (const auto& [name, v] : gauges) {
+    header(out, name, "gauge", "the engine as of its last step");
+    line(out, name, v);
+  }
+  const std::pair<const char*, double> counters[] = {
+      {"npurt_engine_steps_total", static_cast<double>(engine.steps)},
+      {"npurt_preemptions_total", static_cast<double>(engine.preemptions)},
+      {"npurt_prompt_tokens_computed_total", static_cast<double>(engine.prompt_tokens_computed)},
+      {"npurt_device_streams_created_total", static_cast<double>(device.streams_created)},
+      {"npurt_device_streams_destroyed_total", static_cast<double>(device.streams_destroyed)},
+      {"npurt_device_code_uploads_total", static_cast<double>(device.code_uploads)},
+      {"npurt_device_launches_total", static_cast<double>(device.launches)},
+      {"npurt_device_h2d_bytes_total", static_cast<double>(device.h2d_bytes)},
+      {"npurt_device_d2h_bytes_total", static_cast<double>(device.d2h_bytes)},
+      {"npurt_device_allocated_bytes_total", static_cast<double>(device.allocated_bytes)},
+      {"npurt_device_freed_bytes_total", static_cast<double>(device.freed_bytes)}};
+  for (const auto& [name, v] : counters) {
+    header(out, name, "counter", "since the server started");
+    line(out, name, v);
+  }
+  return out;
+}
+
+}  // namespace npurt::serve

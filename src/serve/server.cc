@@ -1,0 +1,307 @@
+#include "serve/server.h"
+
+#include <ctime>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <httplib.h>
+
+namespace npurt::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The HTTP status of a request that ended with `error`.
+ApiError ended_with(const Status& error) {
+  if (error.code() == StatusCode::kAborted) {
+    return {.status = 503, .message = error.message(), .type = "server_error"};
+  }
+  return {.status = 500, .message = error.to_string(), .type = "server_error"};
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {}
+
+Server::~Server() {
+  stop();
+  detach();
+}
+
+StatusOr<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
+  std::unique_ptr<Server> s(new Server(std::move(options)));
+  s->http_->set_payload_max_length(s->options_.max_body_bytes);
+  s->routes();
+  const ServerOptions& o = s->options_;
+  s->port_ = o.port == 0 ? s->http_->bind_to_any_port(o.host) : (s->http_->bind_to_port(o.host, o.port) ? o.port : -1);
+  if (s->port_ <= 0) {
+    return failed_precondition("cannot listen on " + o.host + ":" + std::to_string(o.port) +
+                               " (in use, or not an address of this host)");
+  }
+  return s;
+}
+
+void Server::serve() { http_->listen_after_bind(); }
+
+void Server::stop() {
+  if (http_->is_running()) http_->stop();
+}
+
+void Server::attach(std::unique_ptr<EngineLoop> loop, std::shared_ptr<const models::Tokenizer> tokenizer,
+                    std::shared_ptr<Runtime> runtime, std::string model_id) {
+  auto m = std::make_shared<Model>();
+  m->limits = {.model_id = std::move(model_id), .max_context = loop->model().max_context(), .max_n = options_.max_n};
+  m->loop = std::move(loop);
+  m->tokenizer = std::move(tokenizer);
+  m->runtime = std::move(runtime);
+  std::lock_guard<std::mutex> lock(mu_);
+  model_ = std::move(m);
+}
+
+void Server::detach() {
+  std::shared_ptr<Model> m;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    m = std::move(model_);
+  }
+}
+
+std::shared_ptr<Server::Model> Server::model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return model_;
+}
+
+void Server::answer_error(httplib::Response& res, const std::string& endpoint, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(dump(error_json(e)), "application/json");
+  metrics_.request(endpoint, e.status);
+}
+
+void Server::routes() {
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool ready = model() != nullptr;
+    res.status = ready ? 200 : 503;
+    res.set_content(dump({{"status", ready ? "ready" : "loading"}}), "application/json");
+  });
+  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const std::shared_ptr<Model> m = model();
+    if (!m) return answer_error(res, "/v1/models", {.status = 503, .message = "the model is loading", .type = "server_error"});
+    res.set_content(dump({{"object", "list"},
+                          {"data", Json::array({{{"id", m->limits.model_id},
+                                                 {"object", "model"},
+                                                 {"created", 0},
+                                                 {"owned_by", "npurt"}}})}}),
+                    "application/json");
+    metrics_.request("/v1/models", 200);
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const std::shared_ptr<Model> m = model();
+    const EngineFigures e = m ? m->loop->figures() : EngineFigures{};
+    const hal::Counters c = m ? m->runtime->device().counters() : hal::Counters{};
+    res.set_content(metrics_.render(e, c), "text/plain; version=0.0.4");
+  });
+  http_->Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kChatPage, "text/html"); });
+  http_->Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
+  http_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const int status = res.status;
+    const std::string what = status == 413 ? "the body is larger than the server accepts"
+                             : status == 404 ? "no such route"
+                                             : "the request could not be served";
+    res.set_content(dump(error_json({.status = status, .message = what})), "application/json");
+  });
+}
+
+namespace {
+
+// A request's completions as they run: its streams and what each has produced.
+struct Run {
+  CompletionRequest request;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<Choice> choices;
+  std::vector<bool> ended, started;
+  Status error;
+  Clock::time_point arrived, last_token;
+  bool any_token = false;
+  size_t prompt_tokens = 0;
+};
+
+}  // namespace
+
+void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  const auto arrived = Clock::now();
+  const std::shared_ptr<Model> m = model();
+  if (!m) return answer_error(res, endpoint, {.status = 503, .message = "the model is loading", .type = "server_error"});
+  std::variant<CompletionRequest, ApiError> parsed = parse_completion(req.body, chat, *m->tokenizer, m->limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return answer_error(res, endpoint, *e);
+  auto run = std::make_shared<Run>();
+  run->request = std::move(std::get<CompletionRequest>(parsed));
+  run->arrived = run->last_token = arrived;
+  run->prompt_tokens = run->request.engine.prompt.size();
+  for (int i = 0; i < run->request.n; ++i) {
+    models::EngineRequest er = run->request.engine;
+    er.sampling.seed += static_cast<uint64_t>(i);
+    StatusOr<std::shared_ptr<RequestStream>> s = m->loop->submit(std::move(er));
+    if (!s.ok()) {
+      for (const auto& started : run->streams) m->loop->cancel(started);
+      const bool full = s.status().code() == StatusCode::kResourceExhausted;
+      return answer_error(res, endpoint,
+                          {.status = full ? 503 : 400, .message = s.status().message(), .type = full ? "server_error" : "invalid_request_error"});
+    }
+    run->streams.push_back(std::move(s).value());
+  }
+  const size_t n = run->streams.size();
+  run->choices.resize(n);
+  run->ended.assign(n, false);
+  run->started.assign(n, false);
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  const int64_t created = static_cast<int64_t>(std::time(nullptr));
+  const std::string model_id = m->limits.model_id;
+  const auto deadline = arrived + options_.deadline;
+
+  // The next event of any running choice, waiting up to `wait`: (choice, event).
+  auto next_event = [run, n](std::chrono::milliseconds wait) -> std::optional<std::pair<size_t, StreamEvent>> {
+    for (size_t i = 0; i < n; ++i) {
+      if (run->ended[i]) continue;
+      if (auto e = run->streams[i]->next(std::chrono::milliseconds(0))) return std::make_pair(i, std::move(*e));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (run->ended[i]) continue;
+      if (auto e = run->streams[i]->next(wait)) return std::make_pair(i, std::move(*e));
+      break;
+    }
+    return std::nullopt;
+  };
+  // Takes an event into the run; false once every choice has ended.
+  auto take = [this, run, n](size_t i, StreamEvent& e) {
+    const auto now = Clock::now();
+    if (e.end) {
+      run->ended[i] = true;
+      run->choices[i].reason = e.reason;
+      run->choices[i].logprobs = std::move(e.choices);
+      if (!e.error.ok() && run->error.ok()) run->error = e.error;
+    } else {
+      run->choices[i].tokens.push_back(e.token);
+      if (!run->any_token) metrics_.time_to_first_token(seconds(now - run->arrived));
+      else metrics_.inter_token(seconds(now - run->last_token));
+      run->any_token = true;
+      run->last_token = now;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      if (!run->ended[j]) return true;
+    }
+    return false;
+  };
+  auto cancel_all = [run, loop = m](void) {
+    for (size_t i = 0; i < run->streams.size(); ++i) {
+      if (!run->ended[i]) loop->loop->cancel(run->streams[i]);
+    }
+  };
+  auto finish_metrics = [this, run, endpoint](int status) {
+    size_t generated = 0;
+    for (const Choice& c : run->choices) generated += c.tokens.size();
+    metrics_.tokens(run->prompt_tokens * run->streams.size(), generated);
+    metrics_.request(endpoint, status);
+  };
+
+  if (!run->request.stream) {
+    bool more = true;
+    while (more) {
+      if (Clock::now() > deadline) {
+        cancel_all();
+        finish_metrics(504);
+        return answer_error(res, endpoint, {.status = 504, .message = "the request ran past the server's deadline", .type = "server_error"});
+      }
+      auto e = next_event(std::chrono::milliseconds(100));
+      if (e) more = take(e->first, e->second);
+    }
+    if (!run->error.ok()) {
+      finish_metrics(ended_with(run->error).status);
+      return answer_error(res, endpoint, ended_with(run->error));
+    }
+    res.set_content(dump(completion_json(run->request, id, created, model_id, run->choices, run->prompt_tokens,
+                                         *m->tokenizer)),
+                    "application/json");
+    finish_metrics(200);
+    return;
+  }
+
+  // Server-sent events: a chunk per token, the finish reasons, usage if asked, [DONE].
+  auto tokenizer = m->tokenizer;
+  auto done = std::make_shared<bool>(false);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [run, n, id, created, model_id, tokenizer, deadline, next_event, take, cancel_all, done](size_t, httplib::DataSink& sink) {
+        auto send = [&](const Json& j) {
+          const std::string line = "data: " + dump(j) + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        bool more = true;
+        while (more) {
+          if (Clock::now() > deadline) {
+            cancel_all();
+            break;
+          }
+          auto e = next_event(std::chrono::milliseconds(100));
+          if (!e) {
+            if (sink.is_writable && !sink.is_writable()) {  // the client went away
+              cancel_all();
+              return false;
+            }
+            continue;
+          }
+          const size_t i = e->first;
+          const bool end = e->second.end;
+          const int32_t token = e->second.token;
+          more = take(i, e->second);
+          Json chunk;
+          if (end) {
+            const models::FinishReason reason = run->choices[i].reason;
+            chunk = chunk_json(run->request, id, created, model_id, static_cast<int>(i), "", &reason, !run->started[i]);
+          } else {
+            chunk = chunk_json(run->request, id, created, model_id, static_cast<int>(i), tokenizer->token_text(token),
+                               nullptr, !run->started[i]);
+          }
+          run->started[i] = true;
+          if (!send(chunk)) {
+            cancel_all();
+            return false;
+          }
+        }
+        if (!run->error.ok()) {
+          const ApiError err = ended_with(run->error);
+          send(error_json(err));
+        }
+        if (run->request.include_usage) {
+          size_t generated = 0;
+          for (const Choice& c : run->choices) generated += c.tokens.size();
+          Json usage{{"id", id},
+                     {"object", run->request.chat ? "chat.completion.chunk" : "text_completion"},
+                     {"created", created},
+                     {"model", model_id},
+                     {"choices", Json::array()},
+                     {"usage", usage_json(run->prompt_tokens * n, generated)}};
+          send(usage);
+        }
+        const std::string last = "data: [DONE]\n\n";
+        sink.write(last.data(), last.size());
+        *done = true;
+        sink.done();
+        return true;
+      },
+      [cancel_all, finish_metrics, done](bool success) {
+        if (!success || !*done) cancel_all();
+        finish_metrics(200);
+      });
+}
+
+}  // namespace npurt::serve

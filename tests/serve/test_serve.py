@@ -1,0 +1,274 @@
+"""`npurt serve` with real clients on 127.0.0.1: the `openai` package, raw HTTP and
+curl-style requests; answers checked against `npurt generate` and `npurt batch`.
+
+Run by CTest (tests/serve/CMakeLists.txt) with NPURT_BIN (the npurt command) and
+NPURT_MODEL (the Gemma-3 file) set; every server it starts listens on a free port of
+127.0.0.1 and is stopped with SIGTERM at the end.
+"""
+
+import concurrent.futures
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+NPURT = os.environ.get("NPURT_BIN", "")
+MODEL = os.environ.get("NPURT_MODEL", "")
+pytestmark = pytest.mark.skipif(not (os.path.isfile(NPURT) and os.path.isfile(MODEL)),
+                                reason="set NPURT_BIN and NPURT_MODEL")
+
+PROMPTS = [
+    "The capital of France is", "Once upon a time", "1, 2, 3, 4,", "The quick brown fox",
+    "Water boils at", "In the beginning", "My favourite food is", "The sun rises in the",
+    "def fibonacci(n):", "Dear Sir or Madam,", "The three primary colours are", "To make tea, first",
+    "Paris is a city in", "The largest planet is", "A haiku about the sea:", "import numpy as np\n",
+]
+
+
+class Server:
+    """`npurt serve` on a free port; stop() sends SIGTERM and returns the exit status."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([NPURT, "serve", "--model", MODEL, "--port", "0", "--context", "512", *args],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stderr.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        assert match, f"no listening line: {line!r}"
+        self.port = int(match.group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            status, body = self.get("/health")
+            if status == 200:
+                assert json.loads(body) == {"status": "ready"}
+                break
+            assert json.loads(body) == {"status": "loading"}
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the server did not become ready in 120 s")
+        self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def post(self, path, body, headers=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, dict(r.headers), r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read().decode()
+
+    def metric(self, name):
+        _, text = self.get("/metrics")
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise AssertionError(f"no metric {name}")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--parallel", "8")
+    yield s
+    assert s.stop() == 0
+
+
+def complete(server, prompt, **kw):
+    r = server.client.completions.create(model=server.client.models.list().data[0].id, prompt=prompt, **kw)
+    return r.choices[0].text
+
+
+def test_greedy_completion_is_npurt_generates_text(server):
+    text = complete(server, "The capital of France is", max_tokens=12, temperature=0)
+    out = subprocess.run([NPURT, "generate", "--model", MODEL, "--prompt", "The capital of France is",
+                          "--max-tokens", "12", "--speculate", "0"], capture_output=True, text=True, check=True)
+    assert out.stdout.rstrip("\n") == "The capital of France is" + text
+    assert text.startswith(" the")
+
+
+def test_seeded_sampled_completion_is_the_engines(server, tmp_path):
+    text = complete(server, "Once upon a time", max_tokens=12, temperature=0.8, top_p=0.95, seed=5)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Once upon a time\n")
+    out = subprocess.run([NPURT, "batch", "--model", MODEL, "--prompts", str(prompts), "--max-tokens", "12",
+                          "--temperature", "0.8", "--top-p", "0.95", "--seed", "5"],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.splitlines()[0])["text"] == text
+    assert text != complete(server, "Once upon a time", max_tokens=12, temperature=0.8, top_p=0.95, seed=6)
+
+
+def test_chat_streamed_and_not_give_the_same_text(server):
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    whole = server.client.chat.completions.create(model="gemma-3-270m-q4_k_m", messages=messages, max_tokens=16,
+                                                  temperature=0)
+    pieces, reasons = [], []
+    for chunk in server.client.chat.completions.create(model="gemma-3-270m-q4_k_m", messages=messages,
+                                                       max_tokens=16, temperature=0, stream=True):
+        for c in chunk.choices:
+            pieces.append(c.delta.content or "")
+            reasons.append(c.finish_reason)
+    assert whole.choices[0].message.role == "assistant"
+    assert "".join(pieces) == whole.choices[0].message.content
+    assert reasons[-1] == whole.choices[0].finish_reason == "length"
+    assert whole.usage.completion_tokens == 16
+
+
+def test_completion_stream_ends_with_done_and_usage(server):
+    status, headers, body = server.post("/v1/completions", {"prompt": "1, 2, 3,", "max_tokens": 6, "temperature": 0,
+                                                             "stream": True, "stream_options": {"include_usage": True}})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = [e for e in body.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 6
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert text == complete(server, "1, 2, 3,", max_tokens=6, temperature=0)
+
+
+def test_logprobs_n_and_stop(server):
+    r = server.client.completions.create(model="gemma-3-270m-q4_k_m", prompt="The capital of France is",
+                                         max_tokens=5, temperature=0, logprobs=3, n=2)
+    assert len(r.choices) == 2 and r.choices[0].text == r.choices[1].text
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 5 and all(v <= 0 for v in lp.token_logprobs) and all(len(t) == 3 for t in lp.top_logprobs)
+    stopped = server.client.completions.create(model="gemma-3-270m-q4_k_m", prompt="The capital of France is",
+                                               max_tokens=12, temperature=0, stop=["country"])
+    assert stopped.choices[0].finish_reason == "stop" and "country" not in stopped.choices[0].text
+
+
+def test_sixteen_clients_at_once_get_what_each_gets_alone(server):
+    alone = [complete(server, p, max_tokens=10, temperature=0) for p in PROMPTS]
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(lambda p: complete(server, p, max_tokens=10, temperature=0), PROMPTS))
+    differences = sum(a != t for a, t in zip(alone, together))
+    assert differences == 0, list(zip(alone, together))
+
+
+@pytest.mark.parametrize("body,param", [
+    (b"{not json", None),
+    (b'{"prompt": "x", "max_tokens": "ten"}', "max_tokens"),
+    (b'{"prompt": "x", "temperature": 3}', "temperature"),
+    (b'{"prompt": "x", "top_p": 0}', "top_p"),
+    (b'{"prompt": 7}', "prompt"),
+    (b'{"prompt": [1, -4]}', "prompt"),
+    (b'{"prompt": "x", "max_tokens": 100000}', "max_tokens"),
+    (b'{"prompt": "x", "stop": ["a", 1]}', "stop"),
+    (b'{"prompt": "\xff\xfe bad utf-8"}', None),
+    (b'[1, 2]', None),
+    (b'{"prompt": "x", "n": 100}', "n"),
+])
+def test_bad_requests_get_400_naming_the_field(server, body, param):
+    status, headers, text = server.post("/v1/completions", body)
+    err = json.loads(text)["error"]
+    assert status == 400 and headers["Content-Type"] == "application/json", text
+    assert err["type"] == "invalid_request_error" and err["message"]
+    assert err["param"] == param
+    assert complete(server, "1, 2,", max_tokens=2, temperature=0)  # still serving
+
+
+def test_unknown_model_and_messages_are_named(server):
+    status, _, text = server.post("/v1/completions", {"prompt": "x", "model": "gpt-9"})
+    assert status == 404 and json.loads(text)["error"]["param"] == "model"
+    status, _, text = server.post("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]})
+    assert status == 400 and json.loads(text)["error"]["param"] == "messages[0].role"
+    status, _, text = server.post("/v1/completions", b"{" + b" " * (2 << 20) + b"}")
+    assert status == 413
+
+
+def test_a_client_that_goes_away_frees_its_blocks(server):
+    # 480 tokens take several seconds even at the batched step's best rate (under 110
+    # tokens/s here), so a request still running 4 s after its client left was not
+    # cancelled.
+    used_before = server.metric("npurt_kv_blocks_used")
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 480,
+                                                        "temperature": 0, "stream": True}),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    resp.read(200)  # a few chunks, then gone
+    conn.close()
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        if server.metric("npurt_running_sequences") == 0 and server.metric("npurt_kv_blocks_used") == used_before:
+            break
+        time.sleep(0.2)
+    assert server.metric("npurt_running_sequences") == 0
+    assert server.metric("npurt_kv_blocks_used") == used_before
+
+
+def test_metrics_and_no_device_leaks_under_load(server):
+    complete(server, PROMPTS[0], max_tokens=4, temperature=0)  # warm
+    streams = server.metric("npurt_device_streams_created_total")
+    uploads = server.metric("npurt_device_code_uploads_total")
+    expected = {p: complete(server, p, max_tokens=6, temperature=0) for p in PROMPTS[:8]}
+
+    def one(i):
+        p = PROMPTS[i % 8]
+        if i % 7 == 3:  # malformed
+            return server.post("/v1/completions", b'{"prompt": ')[0] == 400
+        if i % 11 == 5:  # goes away mid-stream
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            conn.request("POST", "/v1/completions", json.dumps({"prompt": p, "max_tokens": 50, "stream": True}),
+                         {"Content-Type": "application/json"})
+            conn.getresponse().read(100)
+            conn.close()
+            return True
+        return complete(server, p, max_tokens=6, temperature=0) == expected[p]
+
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        results = list(pool.map(one, range(240)))
+    assert results.count(False) == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.metric("npurt_running_sequences") > 0:
+        time.sleep(0.2)
+    assert server.metric("npurt_kv_blocks_used") == 0
+    assert server.metric("npurt_device_streams_created_total") == streams
+    assert server.metric("npurt_device_code_uploads_total") == uploads
+    status, text = server.get("/metrics")
+    assert status == 200 and 'npurt_requests_total{endpoint="/v1/completions",status="400"}' in text
+    assert server.metric("npurt_time_to_first_token_seconds_count") > 0
+
+
+def test_a_full_queue_answers_503_with_retry_after():
+    s = Server("--parallel", "1", "--max-queue", "1")
+    try:
+        body = {"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0}
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(lambda _: s.post("/v1/completions", body), range(6)))
+        statuses = sorted(a[0] for a in answers)
+        assert 200 in statuses and 503 in statuses, statuses
+        full = next(a for a in answers if a[0] == 503)
+        assert full[1]["Retry-After"] == "1" and json.loads(full[2])["error"]["type"] == "server_error"
+        assert set(statuses) <= {200, 503}
+    finally:
+        assert s.stop() == 0
+
+
+def test_chat_page_and_health(server):
+    status, page = server.get("/")
+    assert status == 200 and "/v1/chat/completions" in page and "<textarea" in page
+    assert server.get("/health") == (200, '{"status":"ready"}')
