@@ -7,7 +7,7 @@ DEB_PACKAGES=(
   cmake ninja-build g++ clang libclang-rt-14-dev ccache pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libxxhash-dev libcli11-dev
-  nlohmann-json3-dev libcpp-httplib-dev   # JSON and HTTP of `npurt batch` and `npurt serve`
+  nlohmann-json3-dev libcpp-httplib-dev curl   # JSON and HTTP of `npurt batch` and `npurt serve`; a client for its tests
   libopenblas-dev   # benchmark peer only
   libopenmpi-dev openmpi-bin   # collectives between processes and hosts (comm/)
   python3 python3-venv python3-dev   # the Python package (python/, .venv)

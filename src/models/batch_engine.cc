@@ -209,16 +209,16 @@ StatusOr<TokenChoice> BatchEngine::choose(const Request& r, int32_t greedy, cons
                       r.params.prompt.size());
 }
 
-Status BatchEngine::prefill_chunk() {
+StatusOr<size_t> BatchEngine::prefill_chunk(size_t budget) {
   const auto it = std::find_if(running_.begin(), running_.end(), [&](RequestId id) { return in_prompt(requests_.at(id)); });
-  if (it == running_.end()) return ok_status();
+  if (it == running_.end() || budget == 0) return size_t{0};
   const RequestId id = *it;
   Request& r = requests_.at(id);
-  const size_t n = std::min<size_t>(model_->max_paged_prefill(), r.params.prompt.size() - r.cached);
+  const size_t n = std::min({size_t{model_->max_paged_prefill()}, r.params.prompt.size() - r.cached, budget});
   const std::span<const int32_t> tokens = std::span(r.params.prompt).subspan(r.cached, n);
   StatusOr<AppendPlan> plan = kv_.append(id, tokens, TokenOrigin::kPrompt);
   while (!plan.ok()) {
-    if (!make_room(id, plan.status()) || r.state != RequestState::kRunning) return ok_status();
+    if (!make_room(id, plan.status()) || r.state != RequestState::kRunning) return size_t{0};
     plan = kv_.append(id, tokens, TokenOrigin::kPrompt);
   }
   const std::span<const uint32_t> table = *kv_.table(id);
@@ -227,20 +227,25 @@ Status BatchEngine::prefill_chunk() {
   NPURT_ASSIGN_OR_RETURN(const int32_t next, model_->prefill_paged(rows));
   prompt_tokens_computed_ += n;
   r.cached += n;
-  if (r.cached < r.context.size()) return ok_status();  // more prompt, or recomputing its output
+  if (r.cached < r.context.size()) return n;  // more prompt, or recomputing its output
   std::vector<float> logits;
   if (!r.params.sampling.plain_greedy()) {
     NPURT_ASSIGN_OR_RETURN(logits, model_->batch_logits());
   }
   NPURT_ASSIGN_OR_RETURN(const TokenChoice c, choose(r, next, logits, 0, 1));
   take(id, r, c);
-  return ok_status();
+  return n;
 }
 
 StatusOr<size_t> BatchEngine::step() {
   admit();
   const size_t prefilling = std::count_if(running_.begin(), running_.end(), [&](RequestId id) { return in_prompt(requests_.at(id)); });
-  NPURT_RETURN_IF_ERROR(prefill_chunk());
+  // Prompts first, oldest first, up to kPrefillChunksPerStep chunks' worth of tokens.
+  for (size_t budget = kPrefillChunksPerStep * size_t{model_->max_paged_prefill()}; budget > 0;) {
+    NPURT_ASSIGN_OR_RETURN(const size_t used, prefill_chunk(budget));
+    if (used == 0) break;
+    budget -= used;
+  }
   std::vector<RequestId> ids;
   std::vector<std::vector<uint32_t>> tables;
   const std::vector<BatchToken> batch = plan_step(ids, tables);

@@ -80,6 +80,13 @@ class Server:
                 return float(line.split()[1])
         raise AssertionError(f"no metric {name}")
 
+    def rss_mib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        raise AssertionError("no VmRSS")
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -225,6 +232,7 @@ def test_metrics_and_no_device_leaks_under_load(server):
     streams = server.metric("npurt_device_streams_created_total")
     uploads = server.metric("npurt_device_code_uploads_total")
     expected = {p: complete(server, p, max_tokens=6, temperature=0) for p in PROMPTS[:8]}
+    rss = server.rss_mib()
 
     def one(i):
         p = PROMPTS[i % 8]
@@ -248,6 +256,8 @@ def test_metrics_and_no_device_leaks_under_load(server):
     assert server.metric("npurt_kv_blocks_used") == 0
     assert server.metric("npurt_device_streams_created_total") == streams
     assert server.metric("npurt_device_code_uploads_total") == uploads
+    # Memory flat: 240 requests leave no more than allocator slack behind.
+    assert server.rss_mib() - rss < 64, (rss, server.rss_mib())
     status, text = server.get("/metrics")
     assert status == 200 and 'npurt_requests_total{endpoint="/v1/completions",status="400"}' in text
     assert server.metric("npurt_time_to_first_token_seconds_count") > 0
@@ -266,6 +276,17 @@ def test_a_full_queue_answers_503_with_retry_after():
         assert set(statuses) <= {200, 503}
     finally:
         assert s.stop() == 0
+
+
+def test_curl_streams_a_chat_answer(server):
+    body = json.dumps({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0,
+                       "stream": True})
+    out = subprocess.run(["curl", "-sS", "-N", "--max-time", "60", server.url + "/v1/chat/completions",
+                          "-H", "Content-Type: application/json", "-d", body],
+                         capture_output=True, text=True, check=True).stdout
+    events = [e for e in out.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]" and len(events) == 4 + 2  # 4 tokens, the finish, [DONE]
+    assert json.loads(events[0][6:])["choices"][0]["delta"]["role"] == "assistant"
 
 
 def test_chat_page_and_health(server):

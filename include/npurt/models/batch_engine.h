@@ -7,12 +7,13 @@
 //   engine->run_until_idle();                            // or step() from a serving loop
 //   engine->output(*id);                                 // the request's tokens
 //
-// Each step() admits queued requests while the compiled batch has room, runs one
-// chunk of the oldest unfinished prompt through the model's paged prefill chunk (up to
-// Gemma3Options::prefill_chunk tokens, matrix work; without one, prompts go one token
-// per decode step), then one decode_batch() over every running request past its prompt,
-// and retires the requests that finished. So a long new prompt costs the running
-// requests one chunk per step, not a stall. The blocks KvBlocks finds cached are not
+// Each step() admits queued requests while the compiled batch has room, runs the
+// unfinished prompts, oldest first, through the model's paged prefill chunk (calls of up
+// to Gemma3Options::prefill_chunk tokens of matrix work, kPrefillChunksPerStep chunks'
+// worth per step; without one, prompts go one token per decode step), then one
+// decode_batch() over every running request past its prompt, and retires the requests
+// that finished. So a long new prompt costs the running requests a few chunks per
+// step, not a stall. The blocks KvBlocks finds cached are not
 // computed again (a shared prefix of prompt tokens). When the
 // pool runs out of blocks, the most recently admitted request is preempted: its blocks
 // are released and it waits at the head of the queue with what it has produced, to be
@@ -95,6 +96,11 @@ class BatchEngine {
   // Why a failed request failed (ok for one that did not; not found for an unknown id).
   Status failure(RequestId id) const;
 
+  // Prompt tokens a step prefills at most, in chunks of the model's prefill_chunk: a
+  // burst of new requests gets its first tokens sooner, for one longer step of the
+  // running ones.
+  static constexpr size_t kPrefillChunksPerStep = 4;
+
   size_t queued() const { return queue_.size(); }
   size_t running() const { return running_.size(); }
   const KvBlocks& blocks() const { return kv_; }
@@ -133,8 +139,9 @@ class BatchEngine {
   // request past its prompt, preempting (or failing a request that cannot fit alone)
   // until the pool holds them all.
   std::vector<BatchToken> plan_step(std::vector<RequestId>& ids, std::vector<std::vector<uint32_t>>& tables);
-  // One paged prefill chunk of the oldest running request still in its prompt.
-  Status prefill_chunk();
+  // One paged prefill call of at most `budget` tokens for the oldest running request
+  // still in its prompt; the tokens it took (0: none waits, or no room).
+  StatusOr<size_t> prefill_chunk(size_t budget);
   // The pool cannot take what `needs` appends: preempts the newest request, or fails
   // `needs` when it runs alone (false: nothing more to try).
   bool make_room(RequestId needs, const Status& full);
