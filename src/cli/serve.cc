@@ -53,7 +53,9 @@ int run_serve(const ServeArgs& args) {
       serve::Server::bind({.host = args.host,
                            .port = args.port,
                            .max_body_bytes = static_cast<size_t>(args.max_body_bytes),
-                           .deadline = std::chrono::seconds(args.deadline_s)});
+                           .deadline = std::chrono::seconds(args.deadline_s),
+                           // every request waiting or running holds a connection's thread
+                           .threads = args.max_queue + args.parallel + 8});
   if (!server.ok()) return fail(server.status().to_string());
   std::thread http([&] { (*server)->serve(); });
   std::thread stopper([&] {

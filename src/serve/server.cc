@@ -1,5 +1,6 @@
 #include "serve/server.h"
 
+#include <algorithm>
 #include <ctime>
 #include <thread>
 #include <utility>
@@ -34,6 +35,8 @@ Server::~Server() {
 StatusOr<std::unique_ptr<Server>> Server::bind(ServerOptions options) {
   std::unique_ptr<Server> s(new Server(std::move(options)));
   s->http_->set_payload_max_length(s->options_.max_body_bytes);
+  const size_t threads = static_cast<size_t>(std::max(1, s->options_.threads));
+  s->http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s->routes();
   const ServerOptions& o = s->options_;
   s->port_ = o.port == 0 ? s->http_->bind_to_any_port(o.host) : (s->http_->bind_to_port(o.host, o.port) ? o.port : -1);

@@ -41,6 +41,9 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;
   std::chrono::seconds deadline{600};  // a request still running after this is cancelled
   int max_n = 8;                       // completions per request ("n"), at most
+  // Connections served at once: a handler waits for its request's tokens, so every
+  // client in flight holds one (cpp-httplib's default is 8 on a small host).
+  int threads = 64;
 };
 
 class Server {
