@@ -146,7 +146,11 @@ void EngineLoop::run() {
     figures_.prompt_tokens_computed = engine_->prompt_tokens_computed();
     ++figures_.steps;
   }
+  // Submissions the thread never took end too, not only the requests it ran.
+  const auto inbox = std::move(inbox_);
+  inbox_.clear();
   lock.unlock();
+  for (const auto& [request, stream] : inbox) stream->push({.end = true, .error = aborted("the server is shutting down")});
   for (auto& [id, stream] : live_) {
     (void)engine_->cancel(id);
     stream->push({.end = true, .error = aborted("the server is shutting down")});

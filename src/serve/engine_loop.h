@@ -52,7 +52,6 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
   models::RequestId id_ = 0;  // set by the loop's thread when admitted
-  bool cancelled_ = false;
 };
 
 // Figures of the engine, as of its last step.
