@@ -8,6 +8,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libxxhash-dev libcli11-dev
   nlohmann-json3-dev libcpp-httplib-dev curl   # JSON and HTTP of `npurt batch` and `npurt serve`; a client for its tests
+  chromium chromium-driver   # a real browser for the chat page's test (tests/serve/), driven by selenium
   libopenblas-dev   # benchmark peer only
   libopenmpi-dev openmpi-bin   # collectives between processes and hosts (comm/)
   python3 python3-venv python3-dev   # the Python package (python/, .venv)

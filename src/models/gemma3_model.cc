@@ -343,7 +343,7 @@ StatusOr<std::vector<int32_t>> Gemma3Model::decode_batch(std::span<const BatchTo
   NPURT_RETURN_IF_ERROR(write_paged(p.batch_in, batch, "decode_batch"));
   last_paged_ = {};
   NPURT_RETURN_IF_ERROR(run_parts(&Part::batch, paged_scalars(batch.size(), false)));
-  last_paged_ = {&PagedInputs::logits, static_cast<uint32_t>(batch.size()), &Part::batch_in};
+  last_paged_ = {&Part::batch_in, static_cast<uint32_t>(batch.size())};
   return read_leading<int32_t>(p.runtime->memory(), p.batch_in.next, batch.size());
 }
 
@@ -359,7 +359,7 @@ StatusOr<int32_t> Gemma3Model::prefill_paged(std::span<const BatchToken> rows) {
   NPURT_RETURN_IF_ERROR(write_paged(p.paged_prefill_in, rows, "prefill_paged"));
   last_paged_ = {};
   NPURT_RETURN_IF_ERROR(run_parts(&Part::paged_prefill, paged_scalars(rows.size(), true)));
-  last_paged_ = {&PagedInputs::logits, 1, &Part::paged_prefill_in};
+  last_paged_ = {&Part::paged_prefill_in, 1};
   NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, read_leading<int32_t>(p.runtime->memory(), p.paged_prefill_in.next, 1));
   return next[0];
 }
@@ -367,7 +367,7 @@ StatusOr<int32_t> Gemma3Model::prefill_paged(std::span<const BatchToken> rows) {
 StatusOr<std::vector<float>> Gemma3Model::batch_logits() const {
   if (last_paged_.rows == 0) return failed_precondition("gemma3: no decode_batch() or prefill_paged() call yet");
   const Part& p = parts_[0];
-  return read_leading<float>(p.runtime->memory(), p.*last_paged_.step.*last_paged_.logits,
+  return read_leading<float>(p.runtime->memory(), (p.*last_paged_.step).logits,
                              size_t{last_paged_.rows} * config_.vocab);
 }
 

@@ -26,11 +26,25 @@ textarea { width: 100%; height: 5em; }
 const messages = [];
 const log = document.getElementById("log");
 const figures = document.getElementById("figures");
+const button = document.getElementById("send");
+const box = document.getElementById("prompt");
+// log.dataset.state: "answering" while a reply streams, "done" after it (or its error).
 async function send() {
-  const box = document.getElementById("prompt");
   const text = box.value.trim();
-  if (!text) return;
+  if (!text || button.disabled) return;
   box.value = "";
+  button.disabled = true;
+  log.dataset.state = "answering";
+  try {
+    await stream_reply(text);
+  } catch (e) {
+    log.appendChild(document.createTextNode("error: " + e));
+  } finally {
+    button.disabled = false;
+    log.dataset.state = "done";
+  }
+}
+async function stream_reply(text) {
   messages.push({role: "user", content: text});
   const who = document.createElement("div");
   who.className = "user";
@@ -70,7 +84,11 @@ async function send() {
   }
   messages.push({role: "assistant", content: answer});
 }
-document.getElementById("send").onclick = send;
+button.onclick = send;
+// Enter sends; Shift+Enter starts a new line.
+box.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); }
+});
 </script>
 </body>
 </html>

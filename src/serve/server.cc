@@ -122,142 +122,160 @@ void Server::routes() {
   });
 }
 
-namespace {
-
-// A request's completions as they run: its streams and what each has produced.
-struct Run {
+// A request's completions as they run: its streams, what each has produced, and the
+// model they run on (kept alive while the request is).
+struct Server::Run {
+  std::shared_ptr<Model> model;
   CompletionRequest request;
+  std::string endpoint, id;
+  int64_t created = 0;
+  Clock::time_point arrived, last_token, deadline;
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<Choice> choices;
   std::vector<bool> ended, started;
   Status error;
-  Clock::time_point arrived, last_token;
   bool any_token = false;
   size_t prompt_tokens = 0;
+
+  // The next event of any running choice, waiting up to `wait`: (choice, event).
+  std::optional<std::pair<size_t, StreamEvent>> next_event(std::chrono::milliseconds wait) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (ended[i]) continue;
+      if (auto e = streams[i]->next(std::chrono::milliseconds(0))) return std::make_pair(i, std::move(*e));
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (ended[i]) continue;
+      if (auto e = streams[i]->next(wait)) return std::make_pair(i, std::move(*e));
+      break;
+    }
+    return std::nullopt;
+  }
+
+  // Takes an event into the run; false once every choice has ended.
+  bool take(size_t i, StreamEvent& e, Metrics& metrics) {
+    const auto now = Clock::now();
+    if (e.end) {
+      ended[i] = true;
+      choices[i].reason = e.reason;
+      choices[i].logprobs = std::move(e.choices);
+      if (!e.error.ok() && error.ok()) error = e.error;
+    } else {
+      choices[i].tokens.push_back(e.token);
+      if (!any_token) metrics.time_to_first_token(seconds(now - arrived));
+      else metrics.inter_token(seconds(now - last_token));
+      any_token = true;
+      last_token = now;
+    }
+    return std::find(ended.begin(), ended.end(), false) != ended.end();
+  }
+
+  void cancel_all() {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (!ended[i]) model->loop->cancel(streams[i]);
+    }
+  }
+
+  size_t generated() const {
+    size_t n = 0;
+    for (const Choice& c : choices) n += c.tokens.size();
+    return n;
+  }
 };
 
-}  // namespace
+void Server::finish(const Run& run, int status) {
+  metrics_.tokens(run.prompt_tokens * run.streams.size(), run.generated());
+  metrics_.request(run.endpoint, status);
+}
 
 void Server::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
   const auto arrived = Clock::now();
-  const std::shared_ptr<Model> m = model();
+  std::shared_ptr<Model> m = model();
   if (!m) return answer_error(res, endpoint, {.status = 503, .message = "the model is loading", .type = "server_error"});
   std::variant<CompletionRequest, ApiError> parsed = parse_completion(req.body, chat, *m->tokenizer, m->limits);
   if (auto* e = std::get_if<ApiError>(&parsed)) return answer_error(res, endpoint, *e);
   auto run = std::make_shared<Run>();
+  run->model = std::move(m);
   run->request = std::move(std::get<CompletionRequest>(parsed));
+  run->endpoint = endpoint;
+  run->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  run->created = static_cast<int64_t>(std::time(nullptr));
   run->arrived = run->last_token = arrived;
+  run->deadline = arrived + options_.deadline;
   run->prompt_tokens = run->request.engine.prompt.size();
   for (int i = 0; i < run->request.n; ++i) {
     models::EngineRequest er = run->request.engine;
     er.sampling.seed += static_cast<uint64_t>(i);
-    StatusOr<std::shared_ptr<RequestStream>> s = m->loop->submit(std::move(er));
+    StatusOr<std::shared_ptr<RequestStream>> s = run->model->loop->submit(std::move(er));
     if (!s.ok()) {
-      for (const auto& started : run->streams) m->loop->cancel(started);
+      for (const auto& started : run->streams) run->model->loop->cancel(started);
       const bool full = s.status().code() == StatusCode::kResourceExhausted;
       return answer_error(res, endpoint,
                           {.status = full ? 503 : 400, .message = s.status().message(), .type = full ? "server_error" : "invalid_request_error"});
     }
     run->streams.push_back(std::move(s).value());
   }
-  const size_t n = run->streams.size();
-  run->choices.resize(n);
-  run->ended.assign(n, false);
-  run->started.assign(n, false);
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-  const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  const std::string model_id = m->limits.model_id;
-  const auto deadline = arrived + options_.deadline;
+  run->choices.resize(run->streams.size());
+  run->ended.assign(run->streams.size(), false);
+  run->started.assign(run->streams.size(), false);
+  if (run->request.stream) return answer_stream(run, res);
+  answer_whole(*run, ClientSocket::find(req.remote_addr, req.remote_port, req.local_addr, req.local_port), res);
+}
 
-  // The next event of any running choice, waiting up to `wait`: (choice, event).
-  auto next_event = [run, n](std::chrono::milliseconds wait) -> std::optional<std::pair<size_t, StreamEvent>> {
-    for (size_t i = 0; i < n; ++i) {
-      if (run->ended[i]) continue;
-      if (auto e = run->streams[i]->next(std::chrono::milliseconds(0))) return std::make_pair(i, std::move(*e));
+// One JSON answer once every choice has ended. The client is watched meanwhile: one
+// that goes away cancels the request (its status in the metrics is 499, as nginx
+// names a closed request).
+void Server::answer_whole(Run& run, const ClientSocket& client, httplib::Response& res) {
+  bool more = true;
+  while (more) {
+    if (Clock::now() > run.deadline) {
+      run.cancel_all();
+      finish(run, 504);
+      return answer_error(res, run.endpoint,
+                          {.status = 504, .message = "the request ran past the server's deadline", .type = "server_error"});
     }
-    for (size_t i = 0; i < n; ++i) {
-      if (run->ended[i]) continue;
-      if (auto e = run->streams[i]->next(wait)) return std::make_pair(i, std::move(*e));
-      break;
+    if (client.gone()) {
+      run.cancel_all();
+      res.status = 499;
+      return finish(run, 499);
     }
-    return std::nullopt;
-  };
-  // Takes an event into the run; false once every choice has ended.
-  auto take = [this, run, n](size_t i, StreamEvent& e) {
-    const auto now = Clock::now();
-    if (e.end) {
-      run->ended[i] = true;
-      run->choices[i].reason = e.reason;
-      run->choices[i].logprobs = std::move(e.choices);
-      if (!e.error.ok() && run->error.ok()) run->error = e.error;
-    } else {
-      run->choices[i].tokens.push_back(e.token);
-      if (!run->any_token) metrics_.time_to_first_token(seconds(now - run->arrived));
-      else metrics_.inter_token(seconds(now - run->last_token));
-      run->any_token = true;
-      run->last_token = now;
-    }
-    for (size_t j = 0; j < n; ++j) {
-      if (!run->ended[j]) return true;
-    }
-    return false;
-  };
-  auto cancel_all = [run, loop = m](void) {
-    for (size_t i = 0; i < run->streams.size(); ++i) {
-      if (!run->ended[i]) loop->loop->cancel(run->streams[i]);
-    }
-  };
-  auto finish_metrics = [this, run, endpoint](int status) {
-    size_t generated = 0;
-    for (const Choice& c : run->choices) generated += c.tokens.size();
-    metrics_.tokens(run->prompt_tokens * run->streams.size(), generated);
-    metrics_.request(endpoint, status);
-  };
-
-  if (!run->request.stream) {
-    bool more = true;
-    while (more) {
-      if (Clock::now() > deadline) {
-        cancel_all();
-        finish_metrics(504);
-        return answer_error(res, endpoint, {.status = 504, .message = "the request ran past the server's deadline", .type = "server_error"});
-      }
-      auto e = next_event(std::chrono::milliseconds(100));
-      if (e) more = take(e->first, e->second);
-    }
-    if (!run->error.ok()) {
-      finish_metrics(ended_with(run->error).status);
-      return answer_error(res, endpoint, ended_with(run->error));
-    }
-    res.set_content(dump(completion_json(run->request, id, created, model_id, run->choices, run->prompt_tokens,
-                                         *m->tokenizer)),
-                    "application/json");
-    finish_metrics(200);
-    return;
+    auto e = run.next_event(std::chrono::milliseconds(100));
+    if (e) more = run.take(e->first, e->second, metrics_);
   }
+  if (!run.error.ok()) {
+    finish(run, ended_with(run.error).status);
+    return answer_error(res, run.endpoint, ended_with(run.error));
+  }
+  res.set_content(dump(completion_json(run.request, run.id, run.created, run.model->limits.model_id, run.choices,
+                                       run.prompt_tokens, *run.model->tokenizer)),
+                  "application/json");
+  finish(run, 200);
+}
 
-  // Server-sent events: a chunk per token, the finish reasons, usage if asked, [DONE].
-  auto tokenizer = m->tokenizer;
+// Server-sent events: a chunk per token, the finish reasons, usage if asked, [DONE].
+// A client that goes away fails a write (or the socket check between tokens), which
+// cancels the request.
+void Server::answer_stream(const std::shared_ptr<Run>& run, httplib::Response& res) {
   auto done = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [run, n, id, created, model_id, tokenizer, deadline, next_event, take, cancel_all, done](size_t, httplib::DataSink& sink) {
+      [this, run, done](size_t, httplib::DataSink& sink) {
         auto send = [&](const Json& j) {
           const std::string line = "data: " + dump(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
+        const std::string& model_id = run->model->limits.model_id;
         bool more = true;
         while (more) {
-          if (Clock::now() > deadline) {
-            cancel_all();
+          if (Clock::now() > run->deadline) {
+            run->cancel_all();
             break;
           }
-          auto e = next_event(std::chrono::milliseconds(100));
+          auto e = run->next_event(std::chrono::milliseconds(100));
           if (!e) {
             if (sink.is_writable && !sink.is_writable()) {  // the client went away
-              cancel_all();
+              run->cancel_all();
               return false;
             }
             continue;
@@ -265,35 +283,25 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
           const size_t i = e->first;
           const bool end = e->second.end;
           const int32_t token = e->second.token;
-          more = take(i, e->second);
-          Json chunk;
-          if (end) {
-            const models::FinishReason reason = run->choices[i].reason;
-            chunk = chunk_json(run->request, id, created, model_id, static_cast<int>(i), "", &reason, !run->started[i]);
-          } else {
-            chunk = chunk_json(run->request, id, created, model_id, static_cast<int>(i), tokenizer->token_text(token),
-                               nullptr, !run->started[i]);
-          }
+          more = run->take(i, e->second, metrics_);
+          const models::FinishReason reason = run->choices[i].reason;
+          const std::string text = end ? "" : run->model->tokenizer->token_text(token);
+          const Json chunk = chunk_json(run->request, run->id, run->created, model_id, static_cast<int>(i), text,
+                                        end ? &reason : nullptr, !run->started[i]);
           run->started[i] = true;
           if (!send(chunk)) {
-            cancel_all();
+            run->cancel_all();
             return false;
           }
         }
-        if (!run->error.ok()) {
-          const ApiError err = ended_with(run->error);
-          send(error_json(err));
-        }
+        if (!run->error.ok()) send(error_json(ended_with(run->error)));
         if (run->request.include_usage) {
-          size_t generated = 0;
-          for (const Choice& c : run->choices) generated += c.tokens.size();
-          Json usage{{"id", id},
-                     {"object", run->request.chat ? "chat.completion.chunk" : "text_completion"},
-                     {"created", created},
-                     {"model", model_id},
-                     {"choices", Json::array()},
-                     {"usage", usage_json(run->prompt_tokens * n, generated)}};
-          send(usage);
+          send(Json{{"id", run->id},
+                    {"object", run->request.chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", run->created},
+                    {"model", model_id},
+                    {"choices", Json::array()},
+                    {"usage", usage_json(run->prompt_tokens * run->streams.size(), run->generated())}});
         }
         const std::string last = "data: [DONE]\n\n";
         sink.write(last.data(), last.size());
@@ -301,9 +309,9 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
         sink.done();
         return true;
       },
-      [cancel_all, finish_metrics, done](bool success) {
-        if (!success || !*done) cancel_all();
-        finish_metrics(200);
+      [this, run, done](bool success) {
+        if (!success || !*done) run->cancel_all();
+        finish(*run, 200);
       });
 }
 

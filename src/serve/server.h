@@ -10,8 +10,8 @@
 // with "stream": true, ending in "data: [DONE]"), GET /v1/models, GET /health (503
 // "loading" until attach(), then 200 "ready"), GET /metrics (Prometheus text) and GET /
 // (a chat page). Bad requests get 400 with an OpenAI-style error object naming the
-// field; a full queue 503 with Retry-After; a streaming client that goes away cancels
-// its request. Bodies over max_body_bytes are refused (413) before they are read.
+// field; a full queue 503 with Retry-After; a client that goes away, streaming or not,
+// cancels its request. Bodies over max_body_bytes are refused (413) before they are read.
 #pragma once
 
 #include <atomic>
@@ -23,6 +23,7 @@
 
 #include "npurt/models/tokenizer.h"
 #include "npurt/runtime/runtime.h"
+#include "serve/client_socket.h"
 #include "serve/engine_loop.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
@@ -74,7 +75,11 @@ class Server {
     ApiLimits limits;
   };
   std::shared_ptr<Model> model() const;
+  struct Run;
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void answer_whole(Run& run, const ClientSocket& client, httplib::Response& res);
+  void answer_stream(const std::shared_ptr<Run>& run, httplib::Response& res);
+  void finish(const Run& run, int status);  // counts the request and its tokens
   void answer_error(httplib::Response& res, const std::string& endpoint, const ApiError& e);
 
   ServerOptions options_;

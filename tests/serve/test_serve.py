@@ -19,9 +19,13 @@ import urllib.request
 
 import openai
 import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
 
 NPURT = os.environ.get("NPURT_BIN", "")
 MODEL = os.environ.get("NPURT_MODEL", "")
+# Debian's browser and its driver (scripts/install-deps.sh installs both).
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 pytestmark = pytest.mark.skipif(not (os.path.isfile(NPURT) and os.path.isfile(MODEL)),
                                 reason="set NPURT_BIN and NPURT_MODEL")
 
@@ -205,18 +209,25 @@ def test_unknown_model_and_messages_are_named(server):
     assert status == 413
 
 
-def test_a_client_that_goes_away_frees_its_blocks(server):
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_goes_away_frees_its_blocks(server, stream):
     # 480 tokens take several seconds even at the batched step's best rate (under 110
     # tokens/s here), so a request still running 4 s after its client left was not
     # cancelled.
     used_before = server.metric("npurt_kv_blocks_used")
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     conn.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 480,
-                                                        "temperature": 0, "stream": True}),
+                                                        "temperature": 0, "stream": stream}),
                  {"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    assert resp.status == 200
-    resp.read(200)  # a few chunks, then gone
+    if stream:
+        resp = conn.getresponse()
+        assert resp.status == 200
+        resp.read(200)  # a few chunks, then gone
+    else:
+        deadline = time.monotonic() + 10
+        while server.metric("npurt_running_sequences") == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.metric("npurt_running_sequences") == 1  # running, its answer not yet sent
     conn.close()
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:
@@ -227,39 +238,65 @@ def test_a_client_that_goes_away_frees_its_blocks(server):
     assert server.metric("npurt_kv_blocks_used") == used_before
 
 
+# Bad bodies of every kind the load test sends, each with the status it must get.
+MALFORMED = [
+    (b'{"prompt": ', 400),
+    (b'{"prompt": "x", "max_tokens": -1}', 400),
+    (b'{"prompt": "\xff\xfe"}', 400),
+    (b'{"prompt": "x", "model": "gpt-9"}', 404),
+    (b'{"prompt": "x", "n": 100}', 400),
+]
+
+
 def test_metrics_and_no_device_leaks_under_load(server):
-    complete(server, PROMPTS[0], max_tokens=4, temperature=0)  # warm
+    """A few thousand requests from 12 clients at once: a third malformed, some going away mid-stream
+    (streaming) or before their answer (not streaming), the rest checked against their answer alone."""
+    complete(server, PROMPTS[0], max_tokens=3, temperature=0)  # warm
     streams = server.metric("npurt_device_streams_created_total")
     uploads = server.metric("npurt_device_code_uploads_total")
-    expected = {p: complete(server, p, max_tokens=6, temperature=0) for p in PROMPTS[:8]}
+    expected = {p: complete(server, p, max_tokens=3, temperature=0) for p in PROMPTS}
     rss = server.rss_mib()
 
-    def one(i):
-        p = PROMPTS[i % 8]
-        if i % 7 == 3:  # malformed
-            return server.post("/v1/completions", b'{"prompt": ')[0] == 400
-        if i % 11 == 5:  # goes away mid-stream
-            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-            conn.request("POST", "/v1/completions", json.dumps({"prompt": p, "max_tokens": 50, "stream": True}),
-                         {"Content-Type": "application/json"})
+    def goes_away(p, stream):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": p, "max_tokens": 40, "stream": stream}),
+                     {"Content-Type": "application/json"})
+        if stream:
             conn.getresponse().read(100)
-            conn.close()
-            return True
-        return complete(server, p, max_tokens=6, temperature=0) == expected[p]
+        conn.close()
+        return "gone"
 
+    def one(i):
+        p = PROMPTS[i % len(PROMPTS)]
+        if i % 3 == 1:
+            body, status = MALFORMED[i % len(MALFORMED)]
+            return "malformed" if server.post("/v1/completions", body)[0] == status else "wrong status"
+        if i % 50 == 5:
+            return goes_away(p, stream=True)
+        if i % 50 == 30:
+            return goes_away(p, stream=False)
+        return "right" if complete(server, p, max_tokens=3, temperature=0) == expected[p] else "wrong"
+
+    start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
-        results = list(pool.map(one, range(240)))
-    assert results.count(False) == 0
+        results = list(pool.map(one, range(2400)))
+    seconds = time.monotonic() - start
+    counts = {k: results.count(k) for k in set(results)}
+    print(f"2400 requests in {seconds:.1f} s: {counts}")
+    assert set(counts) == {"right", "malformed", "gone"}, counts
+    assert counts["malformed"] == 800 and counts["gone"] == sum(i % 3 != 1 and i % 50 in (5, 30) for i in range(2400))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and server.metric("npurt_running_sequences") > 0:
         time.sleep(0.2)
+    assert server.metric("npurt_running_sequences") == 0
     assert server.metric("npurt_kv_blocks_used") == 0
     assert server.metric("npurt_device_streams_created_total") == streams
     assert server.metric("npurt_device_code_uploads_total") == uploads
-    # Memory flat: 240 requests leave no more than allocator slack behind.
+    # Memory flat: thousands of requests leave no more than allocator slack behind.
     assert server.rss_mib() - rss < 64, (rss, server.rss_mib())
     status, text = server.get("/metrics")
     assert status == 200 and 'npurt_requests_total{endpoint="/v1/completions",status="400"}' in text
+    assert 'npurt_requests_total{endpoint="/v1/completions",status="404"}' in text
     assert server.metric("npurt_time_to_first_token_seconds_count") > 0
 
 
@@ -293,3 +330,41 @@ def test_chat_page_and_health(server):
     status, page = server.get("/")
     assert status == 200 and "/v1/chat/completions" in page and "<textarea" in page
     assert server.get("/health") == (200, '{"status":"ready"}')
+
+
+def test_chat_page_streams_an_answer_in_a_real_browser(server):
+    """Headless chromium types a question into the page at GET /, presses Send and sees the
+    answer grow token by token into the server's own answer to the same chat."""
+    question = "Write a short story about a cat."
+    expected = server.client.chat.completions.create(
+        model="gemma-3-270m-q4_k_m", messages=[{"role": "user", "content": question}], max_tokens=256,
+        temperature=0).choices[0].message.content
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
+    try:
+        driver.set_script_timeout(10)
+        driver.get(server.url + "/")
+        driver.find_element(By.ID, "prompt").send_keys(question)
+        driver.find_element(By.ID, "send").click()
+        script = ("const log = document.getElementById('log'); const last = log.lastElementChild;"
+                  "return [log.dataset.state || '', log.children.length > 1 && last ? last.textContent : ''];")
+        seen = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            state, text = driver.execute_script(script)
+            if not seen or seen[-1] != text:
+                seen.append(text)
+            if state == "done":
+                break
+            time.sleep(0.05)
+        assert state == "done", f"no answer after 120 s: {seen[-1]!r}"
+        assert seen[-1] == expected
+        partial = [t for t in seen if t and t != expected]
+        assert len(partial) >= 2 and all(expected.startswith(t) for t in partial), partial
+        assert driver.find_element(By.CSS_SELECTOR, "#log .user").text == "> " + question
+        assert "tokens/s" in driver.find_element(By.ID, "figures").text
+    finally:
+        driver.quit()

@@ -246,11 +246,10 @@ class Gemma3Model final : public TokenModel {
   uint32_t chunk_ = 0, max_chunk_ = 0;
   uint32_t max_verify_ = 0, last_verify_ = 0;  // compiled tokens; tokens of the last verify()
   uint32_t max_batch_ = 0, max_paged_prefill_ = 0;  // compiled rows of the paged steps
-  // Where the last paged step left its logits, and how many rows of them.
+  // Which paged step ran last (its inputs hold its logits), and how many rows of them.
   struct LastPaged {
-    View PagedInputs::*logits = nullptr;
-    uint32_t rows = 0;
     PagedInputs Part::*step = nullptr;
+    uint32_t rows = 0;
   } last_paged_;
   uint32_t pool_blocks_ = 0, pool_block_positions_ = 0, pool_max_blocks_ = 0;
   Gemma3Config config_;
