@@ -316,6 +316,13 @@ void print_breakdown(const models::GgufFile& file, const models::Gemma3Config& c
     sum += p.seconds;
     std::printf("    %-28s %8.3f s  %5.1f%%\n", p.what.c_str(), p.seconds, 100 * p.seconds / chunk_seconds);
   }
+  if (sum > chunk_seconds) {
+    // Alone, an operator runs slower than inside the chunk on some hosts (the shares
+    // above then add up to more than 100%); a negative rest would mean nothing.
+    std::printf("    the operators timed alone sum to %.3f s, %.2fx the chunk: no rest to attribute\n", sum,
+                sum / chunk_seconds);
+    return;
+  }
   std::printf("    %-28s %8.3f s  %5.1f%%\n", "rest (norms, RoPE, KV append, adds, LM head, launches)",
               chunk_seconds - sum, 100 * (chunk_seconds - sum) / chunk_seconds);
 }
