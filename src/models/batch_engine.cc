@@ -76,8 +76,8 @@ StatusOr<RequestId> BatchEngine::submit(EngineRequest request, OnToken on_token)
 }
 
 void BatchEngine::admit() {
-  while (running_.size() < model_->max_batch() && !queue_.empty()) {
-    const RequestId id = queue_.front();
+  for (auto it = queue_.begin(); it != queue_.end() && running_.size() < model_->max_batch();) {
+    const RequestId id = *it;
     Request& r = requests_.at(id);
     // After a preemption the output so far is recomputed with the prompt.
     r.context = r.params.prompt;
@@ -86,7 +86,11 @@ void BatchEngine::admit() {
     // only be preempted again (alone it is admitted, and fails if it cannot fit).
     const uint64_t need = ceil_div(r.context.size() + 1, kv_.block_positions());
     if (!running_.empty() && need > kv_.free_blocks()) break;
-    queue_.pop_front();
+    if (waits_for_prefix(r)) {
+      ++it;
+      continue;
+    }
+    it = queue_.erase(it);
     const StatusOr<uint32_t> shared = kv_.add(id, r.context);
     if (!shared.ok()) {
       r.failure = shared.status();
@@ -97,6 +101,23 @@ void BatchEngine::admit() {
     r.state = RequestState::kRunning;
     running_.push_back(id);
   }
+}
+
+bool BatchEngine::waits_for_prefix(const Request& q) const {
+  const size_t bp = kv_.block_positions();
+  // add() shares full blocks up to the one holding the context's last token.
+  const size_t sharable = (q.context.size() - 1) / bp * bp;
+  for (RequestId id : running_) {
+    const Request& r = requests_.at(id);
+    const size_t prompt = r.params.prompt.size();
+    if (r.cached >= prompt) continue;  // its prompt's blocks are computed (and cached)
+    const size_t n = std::min(sharable, prompt);
+    const size_t common = std::mismatch(q.context.begin(), q.context.begin() + n, r.params.prompt.begin()).first -
+                          q.context.begin();
+    // r publishes a block once it has computed all of it.
+    if (common / bp > r.cached / bp) return true;
+  }
+  return false;
 }
 
 void BatchEngine::end(RequestId id, RequestState state) {

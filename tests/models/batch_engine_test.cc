@@ -201,6 +201,43 @@ TEST(BatchEngine, ASharedPrefixIsComputedOnceAndChangesNoOutput) {
   EXPECT_EQ(engine->prompt_tokens_computed() - start, repeat.prompt.size() - 28);  // 7 blocks of prompt tokens
 }
 
+// Four requests with one 40-token prefix (10 blocks of 4) submitted at once, with
+// and without a prefill chunk: the first computes it, the others wait for its blocks
+// and compute only their 3-token suffixes; each gets what it gets alone.
+TEST(BatchEngine, RequestsSubmittedTogetherComputeTheirSharedPrefixOnce) {
+  Parsed p = parse(synthetic_gemma3(typed_model()));
+  std::mt19937 rng(5);
+  std::vector<int32_t> prefix(40);
+  for (int32_t& t : prefix) t = static_cast<int32_t>(rng() % 300);
+  std::vector<EngineRequest> rs(4);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    rs[i].prompt = prefix;
+    for (int j = 0; j < 3; ++j) rs[i].prompt.push_back(static_cast<int32_t>(rng() % 300));
+    rs[i].max_tokens = 5;
+    if (i % 2 == 1) rs[i].sampling = {.temperature = 0.9f, .seed = 7 + i};
+  }
+  for (uint32_t chunk : {0u, 16u}) {
+    std::vector<std::vector<int32_t>> alone;
+    for (const EngineRequest& r : rs) {
+      std::shared_ptr<Runtime> runtime;
+      auto engine = BatchEngine::create(load_batched(p.file, 4, 0, runtime, chunk)).value();
+      const RequestId id = engine->submit(r).value();
+      ASSERT_TRUE(engine->run_until_idle().ok());
+      alone.push_back(engine->output(id).value());
+    }
+    std::shared_ptr<Runtime> runtime;
+    auto engine = BatchEngine::create(load_batched(p.file, 4, 0, runtime, chunk)).value();
+    std::vector<RequestId> ids;
+    for (const EngineRequest& r : rs) ids.push_back(engine->submit(r).value());
+    ASSERT_TRUE(engine->run_until_idle().ok());
+    for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(engine->output(ids[i]).value(), alone[i]) << "request " << i;
+    EXPECT_EQ(engine->prompt_tokens_computed(), 43u + 3 * 3) << "chunk " << chunk;
+    EXPECT_EQ(engine->blocks().held_blocks(), 0u);
+    std::printf("chunk %u: %llu prompt tokens computed for 4 prompts of 43 sharing 40\n", chunk,
+                static_cast<unsigned long long>(engine->prompt_tokens_computed()));
+  }
+}
+
 TEST(BatchEngine, CancelReleasesBlocksAndBadRequestsAreNamed) {
   Parsed p = parse(synthetic_gemma3(typed_model()));
   std::shared_ptr<Runtime> runtime;

@@ -13,9 +13,11 @@
 // worth per step; without one, prompts go one token per decode step), then one
 // decode_batch() over every running request past its prompt, and retires the requests
 // that finished. So a long new prompt costs the running requests a few chunks per
-// step, not a stall. The blocks KvBlocks finds cached are not
-// computed again (a shared prefix of prompt tokens). When the
-// pool runs out of blocks, the most recently admitted request is preempted: its blocks
+// step, not a stall. The blocks KvBlocks finds cached are not computed again (a shared
+// prefix of prompt tokens), and a queued request whose prompt shares full blocks with a
+// prompt still being computed waits for them instead of computing them a second time
+// (n samples of one prompt, many clients with one system prompt); requests behind it
+// are admitted meanwhile. When the pool runs out of blocks, the most recently admitted request is preempted: its blocks
 // are released and it waits at the head of the queue with what it has produced, to be
 // recomputed when readmitted.
 //
@@ -133,8 +135,9 @@ class BatchEngine {
   void admit();
   void preempt_newest();
   void end(RequestId id, RequestState state);
-  // The step's entries for every running request, preempting (or failing a request
-  // that cannot fit alone) until the pool holds them all.
+  // Whether queued `q` would share full blocks of prompt that a running request has
+  // yet to compute: it is admitted once they are cached.
+  bool waits_for_prefix(const Request& q) const;
   // The decode step's entries (`ids`: their requests, in slot order) for every running
   // request past its prompt, preempting (or failing a request that cannot fit alone)
   // until the pool holds them all.
