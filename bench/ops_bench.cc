@@ -173,7 +173,7 @@ BENCHMARK(BM_WeightGemmVsSgemm)
 class EmptyOp final : public ops::Operator {
  public:
   std::string name() const override { return "empty"; }
-  Status validate() const override { return Status(); }
+  Status validate() const override { return ok_status(); }
   std::vector<isa::ArgSpec> signature() const override { return {}; }
 
   StatusOr<uint32_t> emit(ops::EmitContext&) const override { return 1u; }

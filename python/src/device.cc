@@ -339,7 +339,7 @@ void write_array(PyView& v, nb::handle array) {
     if (!guard.ok()) return guard.status();
     std::memcpy(guard->bytes().data(), raw.c_str(), guard->bytes().size());
     guard->release();
-    return Status();
+    return ok_status();
   });
 }
 
@@ -392,7 +392,7 @@ void bind_device(nb::module_& m) {
             hal::DeviceInfo info;
             device_call(*d.state, [&] {
               info = d.state->runtime->device().info();
-              return Status();
+              return ok_status();
             });
             nb::dict r;
             r["name"] = info.name;
@@ -411,7 +411,7 @@ void bind_device(nb::module_& m) {
             hal::Counters c;
             device_call(*d.state, [&] {
               c = d.state->runtime->device().counters();
-              return Status();
+              return ok_status();
             });
             return counters_dict(c);
           },
@@ -423,7 +423,7 @@ void bind_device(nb::module_& m) {
             MemoryStats s;
             device_call(*d.state, [&] {
               s = d.state->memory().stats();
-              return Status();
+              return ok_status();
             });
             return memory_stats_dict(s);
           },
@@ -452,7 +452,7 @@ void bind_device(nb::module_& m) {
               auto b = d.state->memory().create_buffer(bytes, o);
               if (!b.ok()) return b.status();
               created.emplace(std::move(b).value());
-              return Status();
+              return ok_status();
             });
             auto res = std::make_shared<BufferResource>(d.state, std::move(*created));
             PyBuffer b;
@@ -574,7 +574,7 @@ void bind_device(nb::module_& m) {
           [](PyBuffer& b) {
             device_call(*b.whole.state, [&] {
               b.resource->release();
-              return Status();
+              return ok_status();
             });
           },
           "Releases the device allocation now (or when device work using it completes). "

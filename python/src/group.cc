@@ -115,7 +115,7 @@ class PyDeviceGroup {
       NPURT_ASSIGN_OR_RETURN(hal::Stream s, hal::Stream::create(group_->runtime(r).shared_device()));
       streams_.push_back(std::move(s));
     }
-    return Status();
+    return ok_status();
   }
 
   hal::StreamId stream(int rank) const { return streams_[rank].id(); }

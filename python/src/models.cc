@@ -172,7 +172,7 @@ class Gemma3 {
   std::vector<int32_t> generate_ids(const std::vector<int32_t>& prompt, int max_tokens, std::optional<int> speculate,
                                     const Sampling& sampling) {
     const models::GenerateOptions o = options(speculate, sampling);
-    StatusOr<std::vector<int32_t>> out = Status();
+    StatusOr<std::vector<int32_t>> out = ok_status();
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
@@ -189,7 +189,7 @@ class Gemma3 {
     const models::GenerateOptions o = options(speculate, sampling);
     const std::vector<int32_t> ids = encode(prompt);
     std::optional<nb::python_error> callback_error;
-    StatusOr<std::vector<int32_t>> out = Status();
+    StatusOr<std::vector<int32_t>> out = ok_status();
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> lock(mu_);
@@ -275,7 +275,7 @@ class Gemma3 {
       oracle_ = std::make_unique<models::HostOracle>(std::move(oracle));
       host_model_ = std::make_unique<models::HostTokenModel>(*oracle_);
       model_ = host_model_.get();
-      return Status();
+      return ok_status();
     }
     models::Gemma3Options mo;
     mo.max_context = max_context;
@@ -289,7 +289,7 @@ class Gemma3 {
       NPURT_ASSIGN_OR_RETURN(sim_, load_parallel(cores, mo, devices));
     }
     model_ = sim_.get();
-    return Status();
+    return ok_status();
   }
 
   // The model cut over a group of `devices` simulated NPUs (as `npurt generate

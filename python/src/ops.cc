@@ -87,7 +87,7 @@ ops::Target target_for(std::optional<nb::handle> device, std::optional<uint32_t>
     PyDevice& d = nb::cast<PyDevice&>(*device);
     device_call(*d.state, [&] {
       t = ops::Target::of(d.state->runtime->device().info());
-      return Status();
+      return ok_status();
     });
   }
   if (cores) t.cores = *cores;

@@ -177,7 +177,7 @@ PyView get_buffer(nb::handle self, const std::string& name) {
     auto v = s.res->seq->get_buffer(name);
     if (!v.ok()) return v.status();
     view = std::move(v).value();
-    return Status();
+    return ok_status();
   });
   const std::string base = name.substr(0, name.find('['));
   const graph::BufferPlacement* p = find_placement(s, base);
@@ -288,7 +288,7 @@ void bind_sequence(nb::module_& m) {
               auto compiled = def->compile(*d.state->runtime);
               if (!compiled.ok()) return compiled.status();
               res->seq = std::move(compiled).value();
-              return Status();
+              return ok_status();
             });
             std::vector<graph::BufferPlacement> placements = res->seq->placements();
             new (self) PySequence{std::move(res), std::move(def), name, std::move(inputs), std::move(outputs),
@@ -336,7 +336,7 @@ void bind_sequence(nb::module_& m) {
               std::lock_guard<std::mutex> lock(s.res->call_mu);
               if (!s.res->seq) return closed_error();
               n = s.res->seq->launches_per_call();
-              return Status();
+              return ok_status();
             });
             return n;
           },
@@ -395,7 +395,7 @@ void bind_sequence(nb::module_& m) {
               auto w = d.state->runtime->make_worker(o);
               if (!w.ok()) return w.status();
               res->worker = std::move(w).value();
-              return Status();
+              return ok_status();
             });
             new (self) PyWorker{std::move(res)};
           },
@@ -428,7 +428,7 @@ void bind_sequence(nb::module_& m) {
                     return seq->seq->enqueue(ctx.stream(), scalars);
                   },
                   std::move(code));
-              return Status();
+              return ok_status();
               });
             });
             return PyRunHandle{std::move(handle)};
@@ -444,7 +444,7 @@ void bind_sequence(nb::module_& m) {
             device_call(*w.res->state, [&] {
               return w.res->use([](exec::Worker& worker) {
                 worker.drain();
-                return Status();
+                return ok_status();
               });
             });
           },
@@ -456,7 +456,7 @@ void bind_sequence(nb::module_& m) {
             device_call(*w.res->state, [&] {
               return w.res->use([&](exec::Worker& worker) {
                 st = worker.stats();
-                return Status();
+                return ok_status();
               });
             });
             return worker_stats_dict(st);
@@ -468,7 +468,7 @@ void bind_sequence(nb::module_& m) {
           [](PyWorker& w) {
             device_call(*w.res->state, [&] {
               w.res->release();
-              return Status();
+              return ok_status();
             });
           },
           "Waits for every run to retire and releases the worker's streams; later submits "

@@ -111,7 +111,7 @@ Status open_inputs(const GenerateArgs& args, Inputs& in) {
   in.tokenizer = std::make_unique<models::Tokenizer>(std::move(tok).value());
   NPURT_ASSIGN_OR_RETURN(in.prompt, in.tokenizer->encode(args.prompt));
   if (in.prompt.empty()) return invalid_argument("the prompt encodes to no tokens");
-  return Status();
+  return ok_status();
 }
 
 // Drafts per verify step: speculation runs on one simulated NPU only.

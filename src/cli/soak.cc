@@ -226,7 +226,7 @@ class Soak {
     if (o_.mistake == SoakMistake::kLeakBuffer) {
       NPURT_ASSIGN_OR_RETURN(kept_past_teardown_, runtime_->memory().create_buffer(4096));
     }
-    return Status();
+    return ok_status();
   }
 
   // The memory context creates its transfer stream on first use: create it before the
@@ -325,7 +325,7 @@ class Soak {
                                                  [&] { return runtime_->memory().overwrite(*view); });
     NPURT_RETURN_IF_ERROR(guard.status());
     std::memcpy(guard->bytes().data(), bytes.data(), std::min<size_t>(bytes.size(), guard->bytes().size()));
-    return Status();
+    return ok_status();
   }
 
   void failed_call(SequenceWorkload& w, const std::string& what, const Status& st) {

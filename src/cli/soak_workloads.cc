@@ -94,7 +94,7 @@ Status compile_workload(Runtime& runtime, const SharedWeights& weights, Sequence
   graph::CompileOptions options;
   for (const std::string& name : w.weights) options.shared.emplace(name, weights.get(name).buffer.view());
   NPURT_ASSIGN_OR_RETURN(w.compiled, w.spec->compile(runtime, options));
-  return Status();
+  return ok_status();
 }
 
 // References take mutable spans for every argument but only write their outputs.

@@ -26,7 +26,7 @@ Status AllReduceStep::validate() const {
   if (reduce_element_bytes(dtype_) == 0) return ops::invalid_param("all_reduce", "dtype", "must be f32 or bf16");
   if (elements_ == 0) return ops::invalid_param("all_reduce", "elements", "must be positive");
   if (row_elems_ && elements_ % row_elems_ != 0) return ops::invalid_param("all_reduce", "row_elems", "must divide elements");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> AllReduceStep::signature() const {
@@ -62,7 +62,7 @@ Status AllGatherStep::validate() const {
   if (!comm_) return ops::invalid_param("all_gather", "comm", "is null");
   if (elements_ == 0) return ops::invalid_param("all_gather", "elements", "must be positive");
   if (isa::dtype_is_quantized(dtype_)) return ops::invalid_param("all_gather", "dtype", "must be a plain type");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> AllGatherStep::signature() const {

@@ -148,9 +148,8 @@ Status Worker::init() {
                                                   .policy = options_.policy,
                                                   .prime_fresh_streams = options_.prime_fresh_streams}));
   for (uint32_t i = 0; i < options_.depth; ++i) {
-    StatusOr<hal::Event> event = hal::Event::create(device_);
-    if (!event.ok()) return event.status().with_context("creating slot events");
-    slot_events_.push_back(*std::move(event));
+    NPURT_ASSIGN_OR_RETURN_CTX(hal::Event event, hal::Event::create(device_), "creating slot events");
+    slot_events_.push_back(std::move(event));
   }
   slot_busy_.assign(options_.depth, 0);
   progress_ = std::thread([this] { progress_loop(); });

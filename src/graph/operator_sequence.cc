@@ -100,7 +100,7 @@ Status check_scalar_names(const std::string& sequence, const std::vector<std::st
     if (std::binary_search(known.begin(), known.end(), name)) continue;
     unknown += (count++ == 0 ? "'" : ", '") + name + "'";
   }
-  if (count == 0) return Status();
+  if (count == 0) return ok_status();
   std::string its;
   for (const std::string& k : known) its += (its.empty() ? "" : ", ") + k;
   return invalid_argument("sequence '" + sequence + "': unknown scalar" + (count > 1 ? "s " : " ") + unknown +
@@ -158,7 +158,7 @@ Status check_step_overlaps(size_t i, const SequenceStep& st, const std::vector<i
                                               : "; only an exact in-place binding can be allowed"));
     }
   }
-  return Status();
+  return ok_status();
 }
 
 StatusOr<Analysis> analyze(const std::vector<SequenceStep>& steps, const std::map<std::string, uint64_t>& sizes,
@@ -473,7 +473,7 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   }
   b.loop_end();
   if (barrier) b.barrier();
-  return Status();
+  return ok_status();
 }
 
 }  // namespace
@@ -613,9 +613,8 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
                                                 " blocks of the launch's " + std::to_string(grid));
       }
       b.exit();
-      StatusOr<isa::Image> image = b.build(target.local_bytes);
-      if (!image.ok()) return image.status().with_context("fusing " + kernel_name);
-      seq->kernels_.push_back({std::move(image).value(), grid, {}, std::move(args)});
+      NPURT_ASSIGN_OR_RETURN_CTX(isa::Image image, b.build(target.local_bytes), "fusing " + kernel_name);
+      seq->kernels_.push_back({std::move(image), grid, {}, std::move(args)});
     }
   }
   for (Kernel& k : seq->kernels_) {
@@ -668,7 +667,7 @@ Status OperatorSequence::run_reference(std::map<std::string, std::vector<uint8_t
     }
     NPURT_RETURN_IF_ERROR(st.op->reference(args).with_context(step_label(i, *st.op)));
   }
-  return Status();
+  return ok_status();
 }
 
 Status CompiledSequence::check_scalars(const Scalars& scalars) const {
@@ -698,7 +697,7 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
     }
     NPURT_RETURN_IF_ERROR(runtime_->memory().launch(stream, k.code.address(), *k.image, k.grid, args));
   }
-  return Status();
+  return ok_status();
 }
 
 size_t CompiledSequence::launches_per_call() const {
@@ -739,7 +738,7 @@ Status CompiledSequence::start(const Scalars& scalars) {
     return enqueued;
   }
   running_ = lease;
-  return Status();
+  return ok_status();
 }
 
 Status CompiledSequence::finish() {
@@ -751,7 +750,7 @@ Status CompiledSequence::finish() {
     NPURT_ASSIGN_OR_RETURN(View v, resolve(out));
     NPURT_RETURN_IF_ERROR(runtime_->memory().to_host(v));
   }
-  return Status();
+  return ok_status();
 }
 
 }  // namespace npurt::graph

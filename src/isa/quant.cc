@@ -1,11 +1,11 @@
 #include "npurt/isa/quant.h"
 
 #include <bit>
-#include <cassert>
 #include <cstring>
 #include <type_traits>
 
 #include "isa/quant_layout.h"
+#include "npurt/base/status.h"
 
 namespace npurt::isa {
 
@@ -122,8 +122,8 @@ void row_q6_k(const uint8_t* src, float* y, size_t nb) {
 
 void dequantize_row(const void* blocks, DType type, float* out, size_t n) {
   const size_t be = isa::dtype_block_elems(type);
-  assert(isa::dtype_is_quantized(type) && be != 0 && n % be == 0);
-  if (be == 0) return;
+  // Callers pass whole blocks of a quantized type (an npurt bug otherwise).
+  NPURT_CHECK(isa::dtype_is_quantized(type) && be != 0 && n % be == 0);
   const auto* src = static_cast<const uint8_t*>(blocks);
   const size_t nb = n / be;
   switch (type) {
@@ -133,7 +133,7 @@ void dequantize_row(const void* blocks, DType type, float* out, size_t n) {
     case DType::kQ4_K: row_q4_k_q5_k<BlockQ4_K>(src, out, nb); return;
     case DType::kQ5_K: row_q4_k_q5_k<BlockQ5_K>(src, out, nb); return;
     case DType::kQ6_K: row_q6_k(src, out, nb); return;
-    default: assert(false && "dequantize_row: not a quantized dtype"); return;
+    default: NPURT_CHECK(false && "dequantize_row: not a quantized dtype"); return;
   }
 }
 

@@ -29,14 +29,6 @@
 #include "npurt/memory/memory_context.h"
 #include "npurt/memory/write_tracker.h"
 
-// Like NPURT_RETURN_IF_ERROR, adding `context` (evaluated only on error, so hot
-// paths build no strings).
-#define NPURT_RETURN_IF_ERROR_CTX(expr, context)                                 \
-  do {                                                                           \
-    ::npurt::Status npurt_ctx_status_ = (expr);                                  \
-    if (!npurt_ctx_status_.ok()) return npurt_ctx_status_.with_context(context); \
-  } while (0)
-
 namespace npurt::memory_detail {
 
 using CommandArg = MemoryContext::CommandArg;

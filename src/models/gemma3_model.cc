@@ -108,9 +108,7 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
                               (size > 1 ? "" : "; split it over more devices"));
   }
   const std::string sizes = who + " (" + mib(need) + " of weights and KV cache on a device of " + mib(have) + ")";
-  auto compiled = step.sequence.compile(runtime);
-  if (!compiled.ok()) return compiled.status().with_context(sizes);
-  part.seq = std::move(compiled).value();
+  NPURT_ASSIGN_OR_RETURN_CTX(part.seq, step.sequence.compile(runtime), sizes);
   NPURT_ASSIGN_OR_RETURN(part.next, part.seq->get_buffer("next"));
   NPURT_ASSIGN_OR_RETURN(part.logits, part.seq->get_buffer("logits"));
   // The batched sequences bind the decode step's weights and caches, not copies.
@@ -123,18 +121,14 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
   }
   if (options.prefill_chunk > 0) {
     NPURT_ASSIGN_OR_RETURN(ShardedStep chunk, models::prefill_chunk(file, config, options, shard, part.comm));
-    auto prefill = chunk.sequence.compile(runtime, co);
-    if (!prefill.ok()) return prefill.status().with_context(sizes + ", compiling the prefill chunk");
-    part.prefill = std::move(prefill).value();
+    NPURT_ASSIGN_OR_RETURN_CTX(part.prefill, chunk.sequence.compile(runtime, co), sizes + ", compiling the prefill chunk");
     NPURT_ASSIGN_OR_RETURN(part.prefill_tokens, part.prefill->get_buffer("tokens"));
     NPURT_ASSIGN_OR_RETURN(part.prefill_next, part.prefill->get_buffer("next"));
     NPURT_ASSIGN_OR_RETURN(part.prefill_logits, part.prefill->get_buffer("logits"));
   }
   if (options.verify_tokens > 0 && size == 1) {
     NPURT_ASSIGN_OR_RETURN(ShardedStep v, batched_step(file, config, options, shard, part.comm, Batched::kVerify));
-    auto verify = v.sequence.compile(runtime, co);
-    if (!verify.ok()) return verify.status().with_context(sizes + ", compiling the verify step");
-    part.verify = std::move(verify).value();
+    NPURT_ASSIGN_OR_RETURN_CTX(part.verify, v.sequence.compile(runtime, co), sizes + ", compiling the verify step");
     NPURT_ASSIGN_OR_RETURN(part.verify_tokens, part.verify->get_buffer("tokens"));
     NPURT_ASSIGN_OR_RETURN(part.verify_next, part.verify->get_buffer("next"));
     NPURT_ASSIGN_OR_RETURN(part.verify_logits, part.verify->get_buffer("logits"));
@@ -149,13 +143,12 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
       for (const auto& [view, name] : names) {
         NPURT_ASSIGN_OR_RETURN(in.*view, seq.get_buffer(name));
       }
-      return Status();
+      return ok_status();
     };
     graph::CompileOptions weights_only = co;  // its caches are the pool's, not these
     std::erase_if(weights_only.shared, [&](const auto& kv) { return file.tensor(kv.first) == nullptr; });
-    auto batch = compile_paged(file, config, options, shard, Paged::kDecode, runtime, weights_only);
-    if (!batch.ok()) return batch.status().with_context(sizes + ", compiling the batched decode step");
-    part.batch = std::move(batch).value();
+    NPURT_ASSIGN_OR_RETURN_CTX(part.batch, compile_paged(file, config, options, shard, Paged::kDecode, runtime, weights_only),
+                               sizes + ", compiling the batched decode step");
     NPURT_RETURN_IF_ERROR(views(*part.batch, part.batch_in));
     if (options.prefill_chunk > 0) {
       // The prefill chunk writes the pool the decode step reads: the same buffers.
@@ -165,14 +158,14 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
           NPURT_ASSIGN_OR_RETURN(with_pool.shared[p.name], part.batch->get_buffer(p.name));
         }
       }
-      auto prefill = compile_paged(file, config, options, shard, Paged::kPrefill, runtime, with_pool);
-      if (!prefill.ok()) return prefill.status().with_context(sizes + ", compiling the paged prefill chunk");
-      part.paged_prefill = std::move(prefill).value();
+      NPURT_ASSIGN_OR_RETURN_CTX(part.paged_prefill,
+                                 compile_paged(file, config, options, shard, Paged::kPrefill, runtime, with_pool),
+                                 sizes + ", compiling the paged prefill chunk");
       NPURT_RETURN_IF_ERROR(views(*part.paged_prefill, part.paged_prefill_in));
     }
   }
   NPURT_ASSIGN_OR_RETURN(part.weight_bytes, upload_weights(file, step, *part.seq, runtime.memory(), progress));
-  return Status();
+  return ok_status();
 }
 
 StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load(const GgufFile& file, Runtime& runtime,
@@ -207,7 +200,7 @@ StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load_parallel(
   Status loaded = [&]() -> Status {
     NPURT_ASSIGN_OR_RETURN(Gemma3Config config, Gemma3Config::from_gguf(file));
     NPURT_RETURN_IF_ERROR(validate_gemma3_tensors(file, config));
-    return Status();
+    return ok_status();
   }();
   auto model = std::unique_ptr<Gemma3Model>(new Gemma3Model());
   model->devices_ = size;
@@ -243,7 +236,7 @@ uint64_t Gemma3Model::weight_bytes_per_step() const {
 
 Status Gemma3Model::reset() {
   position_ = 0;
-  return Status();
+  return ok_status();
 }
 
 Status Gemma3Model::rewind(int32_t position) {
@@ -252,7 +245,7 @@ Status Gemma3Model::rewind(int32_t position) {
                             std::to_string(position_) + ")");
   }
   position_ = position;
-  return Status();
+  return ok_status();
 }
 
 StatusOr<std::vector<int32_t>> Gemma3Model::verify(std::span<const int32_t> tokens) {
@@ -424,7 +417,7 @@ Status Gemma3Model::set_prefill_chunk(uint32_t chunk) {
                             std::to_string(max_chunk_) + " (0: token by token)");
   }
   chunk_ = chunk;
-  return Status();
+  return ok_status();
 }
 
 StatusOr<int32_t> Gemma3Model::prefill(std::span<const int32_t> tokens) {
@@ -450,14 +443,14 @@ Status Gemma3Model::check_tokens(std::span<const int32_t> tokens, const char* wh
                               std::to_string(config_.vocab) + ")");
     }
   }
-  return Status();
+  return ok_status();
 }
 
 Status Gemma3Model::write_tokens(Part& p, const View& ids, std::span<const int32_t> tokens) {
   NPURT_ASSIGN_OR_RETURN(View head, ids.subview(0, tokens.size() * sizeof(int32_t)));
   NPURT_ASSIGN_OR_RETURN(WriteGuard g, p.runtime->memory().overwrite(head));
   std::memcpy(g.bytes().data(), tokens.data(), tokens.size_bytes());
-  return Status();
+  return ok_status();
 }
 
 StatusOr<int32_t> Gemma3Model::prefill_chunk_call(std::span<const int32_t> tokens) {

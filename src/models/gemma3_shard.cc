@@ -18,7 +18,7 @@ Status check_column_cut(const GgufFile& file, const std::string& name, uint64_t 
   const GgufTensor* t = file.tensor(name);
   if (t == nullptr) return not_found("gemma3: no tensor '" + name + "'");
   const uint64_t block = isa::dtype_block_elems(t->dtype);
-  if (block == 0 || count % block == 0) return Status();
+  if (block == 0 || count % block == 0) return ok_status();
   return invalid_argument("gemma3: " + name + " (" + std::string(isa::dtype_name(t->dtype)) + ", blocks of " +
                           std::to_string(block) + ") cannot be cut into " + std::to_string(size) +
                           " column ranges of " + std::to_string(count) + " elements");
@@ -82,19 +82,19 @@ Status copy_slice(const GgufTensor& t, const TensorSlice& s, std::span<uint8_t> 
   }
   if (s.cut == TensorSlice::Cut::kWhole) {
     std::memcpy(dst.data(), t.data.data(), dst.size());
-    return Status();
+    return ok_status();
   }
   const uint64_t cols = t.dims[0], rows = t.elements() / cols;
   const uint64_t row_bytes = isa::dtype_bytes(t.dtype, cols);
   if (s.cut == TensorSlice::Cut::kRows) {
     if (s.first + s.count > rows) return fail("rows past its end");
     std::memcpy(dst.data(), t.data.data() + s.first * row_bytes, dst.size());
-    return Status();
+    return ok_status();
   }
   const uint64_t skip = isa::dtype_bytes(t.dtype, s.first), take = isa::dtype_bytes(t.dtype, s.count);
   if (s.first + s.count > cols || (s.first != 0 && skip == 0) || take == 0) return fail("columns off its blocks");
   for (uint64_t r = 0; r < rows; ++r) std::memcpy(dst.data() + r * take, t.data.data() + r * row_bytes + skip, take);
-  return Status();
+  return ok_status();
 }
 
 }  // namespace npurt::models

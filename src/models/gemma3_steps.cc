@@ -74,14 +74,14 @@ class StepList {
 
 // The attention operators need key and value heads of one width.
 Status check_head_dims(const Gemma3Config& c) {
-  if (c.value_dim == c.head_dim) return Status();
+  if (c.value_dim == c.head_dim) return ok_status();
   return invalid_argument("gemma3: value_length " + std::to_string(c.value_dim) + " differs from key_length " +
                           std::to_string(c.head_dim) + "; the attention operators need them equal");
 }
 
 // The cache types the attention operators read.
 Status check_kv_cache(const Gemma3Options& o) {
-  if (o.kv_cache == DType::kF32 || o.kv_cache == DType::kF16 || o.kv_cache == DType::kBF16) return Status();
+  if (o.kv_cache == DType::kF32 || o.kv_cache == DType::kF16 || o.kv_cache == DType::kBF16) return ok_status();
   return invalid_argument("gemma3: kv_cache " + std::string(isa::dtype_name(o.kv_cache)) + ": must be f32, f16 or bf16");
 }
 
@@ -190,7 +190,7 @@ Status add_embedding_rows(const GgufFile& file, const Gemma3Config& c, const Gem
   NPURT_ASSIGN_OR_RETURN(DType embd_type, tensor_dtype(file, embd));
   NPURT_RETURN_IF_ERROR(s.weight(file, embd, c.hidden * sh.vocab, vocab_slice(sh)).status());
   s.add(embedding(c, sh, embd_type, rows), {embd, "tokens", "H", kPrefillRows});
-  return Status();
+  return ok_status();
 }
 
 // The greedy token from `logits`: on one device an argmax into "next"; over several,
@@ -295,7 +295,7 @@ Status add_layer(StepList& s, const Gemma3Config& c, const Gemma3Shard& sh, cons
   sum(p.f);
   s.add(p.norm, with({p.f, lb.post_ffw, p.f}, p.rows));
   s.add(p.add, with({p.h, p.f, p.h}, p.rows));
-  return Status();
+  return ok_status();
 }
 
 // The activations' names: lower case in the one-token decode step, capitals in the
@@ -349,7 +349,7 @@ void set_row_matmul(LayerPlan& p, StepList& s, const GgufFile& file, uint32_t ro
                           : OpPtr(std::make_shared<ops::Gemv>(
                                 ops::GemvParams{.m = m, .k = k, .weight = t, .batch = rows, .batch_runtime = true}));
     s.add(op, {name, in, out, kPrefillRows});
-    return Status();
+    return ok_status();
   };
 }
 
@@ -374,7 +374,7 @@ Status add_lm_head(StepList& s, const GgufFile& file, const Gemma3Config& c, con
     s.add(rmsnorm(1, dim, c.rms_eps), {"h_last", out_norm, "x_last"});
     s.add(gemv(sh.vocab, c.hidden, head_type), {head_name, "x_last", "logits"});
     add_argmax(s, sh, comm);
-    return Status();
+    return ok_status();
   }
   s.size("logits", uint64_t{rows} * sh.vocab);
   s.size("next", rows);
@@ -384,7 +384,7 @@ Status add_lm_head(StepList& s, const GgufFile& file, const Gemma3Config& c, con
         {head_name, "X", "logits", kPrefillRows});
   s.add(std::make_shared<ops::Argmax>(ops::ArgmaxParams{.n = sh.vocab, .vectors = rows, .vectors_runtime = true}),
         {"logits", "next", kPrefillRows});
-  return Status();
+  return ok_status();
 }
 
 }  // namespace
@@ -408,7 +408,7 @@ StatusOr<ShardedStep> decode_step(const GgufFile& file, const Gemma3Config& c, c
     NPURT_ASSIGN_OR_RETURN(DType t, tensor_dtype(file, name));
     NPURT_RETURN_IF_ERROR(s.weight(file, name, m * k, slice).status());
     s.add(gemv(m, k, t), {name, in, out});
-    return Status();
+    return ok_status();
   };
   // Partial sums of a row-parallel projection, added over the devices.
   if (sh.parallel()) {

@@ -457,8 +457,7 @@ StatusOr<GgufFile> GgufFile::open(const std::string& path) {
   f.map_addr_ = addr;
   f.map_len_ = len;
   GgufParser p(bytes);
-  const Status s = p.run(f);
-  if (!s.ok()) return s.with_context(path);  // f's destructor unmaps
+  NPURT_RETURN_IF_ERROR_CTX(p.run(f), path);  // on error, f's destructor unmaps
   return f;
 }
 

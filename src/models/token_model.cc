@@ -52,7 +52,7 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 Status TokenModel::rewind(int32_t position) {
-  if (position == this->position()) return Status();
+  if (position == this->position()) return ok_status();
   return unimplemented("rewind: this model cannot drop context (to position " + std::to_string(position) + " from " +
                        std::to_string(this->position()) + ")");
 }

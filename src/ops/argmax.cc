@@ -37,7 +37,7 @@ Status Argmax::validate() const {
   if (p_.index_base > INT32_MAX - p_.n) {
     return invalid_param(kOp, "index_base", "must be <= 2^31 - 1 - n (the reported index is i32)");
   }
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Argmax::signature() const {

@@ -436,7 +436,7 @@ Status DecodeAttention::validate() const {
   NPURT_RETURN_IF_ERROR(check_scale_and_kv_dtype(kOp, p_));
   if (p_.tile_t > p_.max_len) return invalid_param(kOp, "tile_t", "must be <= max_len");
   if (p_.queries < 1 || p_.queries > 65535) return invalid_param(kOp, "queries", "must be 1 .. 65535");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> DecodeAttention::signature() const {

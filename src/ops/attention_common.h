@@ -21,7 +21,7 @@ template <typename P>
 Status check_kv_heads(std::string_view op, const P& p) {
   if (p.n_kv_heads == 0) return invalid_param(op, "n_kv_heads", "must be > 0");
   if (p.n_heads % p.n_kv_heads != 0) return invalid_param(op, "n_kv_heads", "must divide n_heads");
-  return Status();
+  return ok_status();
 }
 
 // max_len: nonzero and an i32 (`why` names the i32 the positions reach).
@@ -31,7 +31,7 @@ Status check_max_len(std::string_view op, const P& p, std::string_view why) {
   if (p.max_len > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
     return invalid_param(op, "max_len", "must be <= 2^31 - 1 (" + std::string(why) + ")");
   }
-  return Status();
+  return ok_status();
 }
 
 // scale: finite and >= 0; kv_dtype: a plain float type.
@@ -41,7 +41,7 @@ Status check_scale_and_kv_dtype(std::string_view op, const P& p) {
     return invalid_param(op, "scale", "must be finite and >= 0 (0: 1/sqrt(head_dim))");
   }
   if (!is_float_io(p.kv_dtype)) return invalid_param(op, "kv_dtype", "must be f32, bf16 or f16");
-  return Status();
+  return ok_status();
 }
 
 // "<op> <kv_dtype> h<heads>/kv<kv heads> d<head_dim> max<max_len><extra>[ window<w>]".

@@ -26,7 +26,7 @@ Status Copy::validate() const {
   if (p_.n == 0) return invalid_param("copy", "n", "must be > 0");
   if (!is_float_io(p_.src_dtype)) return invalid_param("copy", "src_dtype", "must be f32, bf16 or f16");
   if (!is_float_io(p_.dst_dtype)) return invalid_param("copy", "dst_dtype", "must be f32, bf16 or f16");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Copy::signature() const {
@@ -97,7 +97,7 @@ Status StridedCopy::validate() const {
   if (p_.dst_row_index && (p_.dst_row_runtime || p_.src_row_runtime)) {
     return invalid_param(op, "dst_row_index", "excludes dst_row_runtime and src_row_runtime");
   }
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> StridedCopy::signature() const {
@@ -253,7 +253,7 @@ Status Transpose::validate() const {
   if (!is_float_io(p_.dtype)) return invalid_param(op, "dtype", "must be f32, bf16 or f16");
   if (p_.tile_rows > 4096) return invalid_param(op, "tile_rows", "must be <= 4096");
   if (p_.tile_cols > 256) return invalid_param(op, "tile_cols", "must be <= 256");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Transpose::signature() const {

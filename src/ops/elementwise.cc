@@ -44,7 +44,7 @@ Status Elementwise::validate() const {
   if (!is_float_io(p_.dtype)) return invalid_param(op, "dtype", "must be f32, bf16 or f16");
   if (p_.tile > 16384) return invalid_param(op, "tile", "must be <= 16384 elements");
   if (p_.row_elems && p_.n % p_.row_elems != 0) return invalid_param(op, "row_elems", "must divide n");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Elementwise::signature() const {

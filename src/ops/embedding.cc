@@ -101,13 +101,13 @@ Status Embedding::validate() const {
 Status Embedding::validate_shard() const {
   if (!p_.shard) {
     if (p_.first_row != 0) return invalid_param(kOp, "first_row", "must be 0 without shard");
-    return Status();
+    return ok_status();
   }
   // Global ids are i32: the shard's last row must be one.
   if (p_.first_row > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()) + 1 - p_.vocab) {
     return invalid_param(kOp, "first_row", "must be <= 2^31 - vocab (global tokens are i32)");
   }
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Embedding::signature() const {

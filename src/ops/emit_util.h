@@ -141,13 +141,13 @@ inline Status check_count(std::string_view op, std::string_view param, uint64_t 
                           std::string_view over_max) {
   if (value == 0) return invalid_param(op, param, "must be > 0");
   if (value > max) return invalid_param(op, param, over_max);
-  return Status();
+  return ok_status();
 }
 
 // kOk when `bytes` of tiles fit the target's local memory; otherwise the error every
 // operator gives, naming the parameter that sized them.
 inline Status local_fits(std::string_view op, std::string_view param, uint64_t bytes, const Target& target) {
-  if (bytes <= target.local_bytes) return Status();
+  if (bytes <= target.local_bytes) return ok_status();
   return invalid_param(op, param, "needs " + std::to_string(bytes) + " bytes of local memory, the target has " +
                                       std::to_string(target.local_bytes));
 }

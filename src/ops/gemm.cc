@@ -90,7 +90,7 @@ Status Gemm::validate() const {
   if (p_.tile_m > kMaxTileDim) return invalid_param(name(), "tile_m", "must be <= 65535");
   if (p_.tile_n > kMaxTileDim) return invalid_param(name(), "tile_n", "must be <= 65535");
   if (p_.tile_k > kMaxTileDim) return invalid_param(name(), "tile_k", "must be <= 65535");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Gemm::signature() const {

@@ -117,7 +117,7 @@ Status Gemv::validate() const {
   if (p_.batch < 1 || p_.batch > isa::kMaxTmvBatch) {
     return invalid_param(name(), "batch", "must be 1 .. " + std::to_string(isa::kMaxTmvBatch) + " vectors");
   }
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Gemv::signature() const {

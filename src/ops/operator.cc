@@ -30,13 +30,11 @@ StatusOr<Kernel> Operator::compile(const Target& target) const {
   for (const isa::ArgSpec& a : ctx.signature) {
     ctx.args.push_back(a.is_scalar() ? b.arg_scalar(a.name, a.dtype) : b.arg_buffer(a.name, a.access, a.dtype));
   }
-  StatusOr<uint32_t> grid = emit(ctx);
-  if (!grid.ok()) return grid.status().with_context("compiling " + name());
-  if (*grid == 0) return internal_error(name() + ": empty grid");
+  NPURT_ASSIGN_OR_RETURN_CTX(const uint32_t grid, emit(ctx), "compiling " + name());
+  if (grid == 0) return internal_error(name() + ": empty grid");
   b.exit();
-  StatusOr<isa::Image> image = b.build(target.local_bytes);
-  if (!image.ok()) return image.status().with_context("compiling " + name());
-  return Kernel{std::move(image).value(), *grid, std::move(ctx.signature)};
+  NPURT_ASSIGN_OR_RETURN_CTX(isa::Image image, b.build(target.local_bytes), "compiling " + name());
+  return Kernel{std::move(image), grid, std::move(ctx.signature)};
 }
 
 Status Operator::reference(std::span<const HostArg> args) const {
@@ -57,7 +55,7 @@ Status Operator::reference(std::span<const HostArg> args) const {
     }
   }
   compute_reference(args);
-  return Status();
+  return ok_status();
 }
 
 std::vector<float> read_f32(const HostArg& arg, isa::DType dtype) { return isa::to_f32(arg.bytes, dtype); }

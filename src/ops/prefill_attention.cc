@@ -76,7 +76,7 @@ Status PrefillAttention::validate() const {
     if (p_.tile_q > p_.tokens) return invalid_param(kOp, "tile_q", "must be <= tokens");
     if (p_.window && p_.window % p_.tile_q != 0) return invalid_param(kOp, "tile_q", "must divide window");
   }
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> PrefillAttention::signature() const {

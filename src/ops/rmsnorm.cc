@@ -24,7 +24,7 @@ Status RmsNorm::validate() const {
   NPURT_RETURN_IF_ERROR(check_count(kOp, "dim", p_.dim, 65535, "must be <= 65535"));
   if (!std::isfinite(p_.eps) || p_.eps < 0) return invalid_param(kOp, "eps", "must be finite and >= 0");
   if (!is_float_io(p_.dtype)) return invalid_param(kOp, "dtype", "must be f32, bf16 or f16");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> RmsNorm::signature() const {

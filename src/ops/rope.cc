@@ -67,7 +67,7 @@ Status Rope::validate() const {
   if (p_.rotary_dim % 2 != 0) return invalid_param(kOp, "rotary_dim", "must be even");
   if (p_.rotary_dim > p_.head_dim) return invalid_param(kOp, "rotary_dim", "must be <= head_dim");
   if (p_.positions && p_.tokens == 0) return invalid_param(kOp, "positions", "needs tokens > 0");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Rope::signature() const {

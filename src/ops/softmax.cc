@@ -50,7 +50,7 @@ Status Softmax::validate() const {
   if (p_.offset && (*p_.offset > kMaxOffset || *p_.offset < -kMaxOffset)) {
     return invalid_param(kOp, "offset", "must be within +-2^40");
   }
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> Softmax::signature() const {

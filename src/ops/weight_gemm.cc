@@ -76,7 +76,7 @@ Status WeightGemm::validate() const {
     return invalid_param(name(), "tile_k", "must divide k and be a multiple of the block size " + std::to_string(block));
   }
   if (p_.tile_t > 65535) return invalid_param(name(), "tile_t", "must be <= 65535");
-  return Status();
+  return ok_status();
 }
 
 std::vector<ArgSpec> WeightGemm::signature() const {

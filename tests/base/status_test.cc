@@ -49,7 +49,7 @@ TEST(Status, MacrosPropagateWithContext) {
 }
 
 TEST(Status, StatusOrFromOkStatusIsInternalError) {
-  StatusOr<int> v{Status()};
+  StatusOr<int> v{ok_status()};
   EXPECT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), StatusCode::kInternal);
 }

@@ -302,7 +302,7 @@ class ReadsRegisterFirst : public ops::Operator {
  public:
   explicit ReadsRegisterFirst(int64_t set_to) : set_to_(set_to) {}
   std::string name() const override { return set_to_ < 0 ? "reads_r7_first" : "sets_r7"; }
-  Status validate() const override { return Status(); }
+  Status validate() const override { return ok_status(); }
   std::vector<isa::ArgSpec> signature() const override {
     return {isa::ArgSpec::buffer("y", isa::Access::kOut, DType::kF32, 16)};
   }
@@ -401,7 +401,7 @@ Status gemv_then_norm(bool plan_barriers, double* rel) {
   HostBuffers ref = host;
   NPURT_RETURN_IF_ERROR(s.run_reference(ref));
   *rel = rel_l2(as_f32(rig.read(seq, "z"), DType::kF32), as_f32(ref["z"], DType::kF32));
-  return Status();
+  return ok_status();
 }
 
 TEST(OperatorSequence, AStepThatReadsAnotherBlocksRowsWaitsForThem) {

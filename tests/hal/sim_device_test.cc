@@ -220,7 +220,7 @@ TEST(SimDevice, EventAfterAFaultReportsTheFaultToWaiters) {
   std::shared_future<void> released = release.get_future().share();
   NPURT_ASSERT_OK(dev->enqueue_host_function(s, [released](const Status&) {
     released.wait();
-    return Status();
+    return ok_status();
   }));
   NPURT_ASSERT_OK(dev->launch(s, {code, 1, add_args(small, small, small, 4)}));
   NPURT_ASSERT_OK(dev->record_event(s, ev));

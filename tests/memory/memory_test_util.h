@@ -179,7 +179,7 @@ class StreamGate {
     const Status s = device.enqueue_host_function(stream, [state = state_](const Status&) {
       std::unique_lock<std::mutex> lock(state->mu);
       state->cv.wait(lock, [&] { return state->open; });
-      return Status();
+      return ok_status();
     });
     EXPECT_TRUE(s.ok()) << s.to_string();
   }

@@ -71,7 +71,7 @@ struct Rig {
     StatusOr<std::unique_ptr<Gemma3Model>> m = Gemma3Model::load(file, *runtime, o);
     if (!m.ok()) return m.status();
     model = std::move(m).value();
-    return Status();
+    return ok_status();
   }
   // NaN into the logits and the next-token output, so a step must write both.
   void poison() {

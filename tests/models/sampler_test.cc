@@ -254,7 +254,7 @@ class ScriptedModel final : public TokenModel {
   StatusOr<int32_t> step(int32_t) override { return script_[static_cast<size_t>(++pos_) % script_.size()]; }
   Status reset() override {
     pos_ = 0;
-    return Status();
+    return ok_status();
   }
   int32_t position() const override { return pos_; }
   StatusOr<std::vector<float>> logits() const override {
@@ -345,7 +345,7 @@ TEST(GenerateStops, BadOptionsAreNamed) {
   class Plain final : public TokenModel {
    public:
     StatusOr<int32_t> step(int32_t t) override { return t; }
-    Status reset() override { return Status(); }
+    Status reset() override { return ok_status(); }
     int32_t position() const override { return 0; }
   } plain;
   EXPECT_EQ(generate(plain, {1}, 2, nullptr, {}, nullptr, {.sampling = {.temperature = 1.0f}}).status().code(),

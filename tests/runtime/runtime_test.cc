@@ -90,13 +90,35 @@ struct Objects {
   static constexpr int kCount = 6;
 };
 
+// Once the last object is gone, the device (kept by the test alone) holds nothing
+// they made: every stream, event and allocation they took was given back.
+void expect_nothing_left(const hal::Device& device, const std::string& order) {
+  const hal::Counters c = device.counters();
+  EXPECT_GT(c.streams_created, 0u) << order;
+  EXPECT_EQ(c.streams_destroyed, c.streams_created) << order;
+  EXPECT_EQ(c.events_destroyed, c.events_created) << order;
+  EXPECT_EQ(c.frees, c.allocations) << order;
+  EXPECT_EQ(c.freed_bytes, c.allocated_bytes) << order;
+}
+
+std::string order_name(const std::array<int, Objects::kCount>& order) {
+  std::string s = "order";
+  for (int i : order) s += " " + std::to_string(i);
+  return s;
+}
+
 TEST(Runtime, ObjectsMayBeDestroyedInEveryOrder) {
   std::array<int, Objects::kCount> order;
   std::iota(order.begin(), order.end(), 0);
   int orders = 0;
   do {
-    Objects o;
-    for (int i : order) o.drop(i);
+    std::shared_ptr<hal::Device> device;
+    {
+      Objects o;
+      device = o.runtime->shared_device();
+      for (int i : order) o.drop(i);
+    }
+    expect_nothing_left(*device, order_name(order));
     ++orders;
   } while (std::next_permutation(order.begin(), order.end()));
   EXPECT_EQ(orders, 720);
@@ -108,9 +130,14 @@ TEST(Runtime, ObjectsMayBeDestroyedInEveryOrderAfterClose) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 60; ++trial) {
     std::shuffle(order.begin(), order.end(), rng);
-    Objects o;
-    o.runtime->close();
-    for (int i : order) o.drop(i);
+    std::shared_ptr<hal::Device> device;
+    {
+      Objects o;
+      device = o.runtime->shared_device();
+      o.runtime->close();
+      for (int i : order) o.drop(i);
+    }
+    expect_nothing_left(*device, order_name(order));
   }
 }
 
@@ -134,7 +161,7 @@ TEST(Runtime, EveryObjectFailsByNameAfterClose) {
   EXPECT_EQ(call.code(), StatusCode::kFailedPrecondition) << call.to_string();
   EXPECT_TRUE(contains(call, "sequence 'add'") && contains(call, "closed")) << call.to_string();
 
-  Status run = o.worker->submit([](exec::RunContext&) { return Status(); }, {}).wait();
+  Status run = o.worker->submit([](exec::RunContext&) { return ok_status(); }, {}).wait();
   EXPECT_EQ(run.code(), StatusCode::kFailedPrecondition) << run.to_string();
   EXPECT_TRUE(contains(run, "worker") && contains(run, "is closed")) << run.to_string();
 

@@ -53,8 +53,6 @@ class [[nodiscard]] Status {
   Status() = default;  // OK
   Status(StatusCode code, std::string message);
 
-  static Status ok_status() { return Status(); }
-
   bool ok() const { return rep_ == nullptr; }
   StatusCode code() const { return rep_ ? rep_->code : StatusCode::kOk; }
   // The message alone (empty for OK).
@@ -150,6 +148,22 @@ class [[nodiscard]] StatusOr {
 
 #define NPURT_ASSIGN_OR_RETURN(lhs, expr) \
   NPURT_ASSIGN_OR_RETURN_IMPL(NPURT_STATUS_CONCAT(npurt_statusor_, __LINE__), lhs, expr)
+
+// The two above, adding `context` to an error ("context: message"). The context is
+// evaluated only on error, so hot paths build no strings.
+#define NPURT_RETURN_IF_ERROR_CTX(expr, context)                                 \
+  do {                                                                           \
+    ::npurt::Status npurt_ctx_status_ = (expr);                                  \
+    if (!npurt_ctx_status_.ok()) return npurt_ctx_status_.with_context(context); \
+  } while (0)
+
+#define NPURT_ASSIGN_OR_RETURN_CTX_IMPL(tmp, lhs, expr, context) \
+  auto tmp = (expr);                                             \
+  if (!tmp.ok()) return tmp.status().with_context(context);      \
+  lhs = std::move(tmp).value()
+
+#define NPURT_ASSIGN_OR_RETURN_CTX(lhs, expr, context) \
+  NPURT_ASSIGN_OR_RETURN_CTX_IMPL(NPURT_STATUS_CONCAT(npurt_statusor_, __LINE__), lhs, expr, context)
 
 // Internal invariant check: a failure is an npurt bug.
 #define NPURT_CHECK(cond)                                                    \

@@ -58,8 +58,8 @@ static_assert(sizeof(BlockQ6_K) == 210);
 
 // Writes n values decoded from consecutive blocks of `type` at `blocks` (no
 // alignment needed) to out. n must be a multiple of dtype_block_elems(type) and
-// `type` one of the quantized dtypes; anything else is a programming error (checked
-// by assert only: callers validate).
+// `type` one of the quantized dtypes; anything else is a programming error (callers
+// validate; NPURT_CHECK aborts naming it).
 void dequantize_row(const void* blocks, DType type, float* out, size_t n);
 
 }  // namespace npurt::isa

@@ -19,9 +19,10 @@
 //     allocation: using a view of a freed buffer is an error (kFailedPrecondition
 //     naming the buffer), never a crash. The mirror is unmapped when the buffer and
 //     its last view and guard are gone.
-//   * Everything must be destroyed or freed before the device; destroying the
-//     MemoryContext first is allowed (it frees the device memory of every buffer,
-//     after waiting for their device work, and later calls fail cleanly).
+//   * Any order of destruction is safe: a buffer holds its context's core, which
+//     holds the device, so neither goes away under it. Destroying the MemoryContext
+//     first frees the device memory of every buffer (after waiting for their device
+//     work), and later calls on them fail cleanly.
 //
 // Raw pointers: host_data() / View::data() point into the mirror. Reading through
 // them sees the newest bytes only where the host holds them (use a read guard, or

@@ -213,7 +213,7 @@ void Dequantize(const void* blocks, isa::DType type, float* out, size_t n) {
     case isa::DType::kQ4_K: return RowK<false, isa::BlockQ4_K>(src, out, nb);
     case isa::DType::kQ5_K: return RowK<true, isa::BlockQ5_K>(src, out, nb);
     case isa::DType::kQ6_K: return RowQ6_K(src, out, nb);
-    default: return isa::dequantize_row(blocks, type, out, n);  // asserts: not quantized
+    default: return isa::dequantize_row(blocks, type, out, n);  // checks: not quantized
   }
 }
 
