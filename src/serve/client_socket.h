@@ -15,7 +15,6 @@ class ClientSocket {
   static ClientSocket find(const std::string& remote_addr, int remote_port, const std::string& local_addr,
                            int local_port);
 
-  bool found() const { return fd_ >= 0; }
   // Whether the client closed its side or the connection failed. The socket stays the
   // server's while the handler runs, so its number cannot be reused meanwhile.
   bool gone() const;
