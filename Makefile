@@ -19,7 +19,7 @@ DEBUG_PATHS = -fdebug-prefix-map=$(CURDIR)=.
 # reports still name file and line.
 ASAN_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG $(DEBUG_PATHS)"
 
-.PHONY: deps build demo generate bench-model bench-peer bench-serve test test-release test-asan test-tsan test-python test-install test-docs fuzz bench bench-ops bench-comm bench-parallel clean model
+.PHONY: deps build demo generate bench-model bench-peer bench-serve bench-resident test test-release test-asan test-tsan test-python test-install test-docs fuzz bench bench-ops bench-comm bench-parallel clean model
 
 deps:
 	@bash scripts/install-deps.sh
@@ -128,6 +128,11 @@ bench-parallel: build model
 bench-serve: build model
 	@bash scripts/install-peer.sh
 	.venv-peer/bin/python bench/serve_bench.py --model $(MODEL) --npurt $(BUILD)/npurt --out $(BUILD)/serve_bench.json
+
+# Peak resident memory of `npurt generate` next to llama.cpp's llama-simple, same file.
+bench-resident: build model
+	@bash scripts/install-peer.sh
+	.venv-peer/bin/python bench/resident_bench.py --model $(MODEL) --npurt $(BUILD)/npurt --out $(BUILD)/resident_bench.json
 
 # Gemma-3 decode tokens/s against the bandwidth floor measured in the same run.
 bench-model: build model

@@ -109,7 +109,7 @@ Result measure(comm::MpiCommunicator& c, hal::StreamId stream, const Case& k) {
 
 int main(int argc, char** argv) {
   auto session = must(comm::mpi_init(argc, argv));
-  auto runtime = must(Runtime::create_sim({.num_cores = 2, .global_memory_bytes = 256ull << 20}));
+  auto runtime = must(Runtime::create("sim", {.cores = 2, .memory_bytes = 256ull << 20}));
   auto c = must(comm::MpiCommunicator::create(runtime));
   const hal::StreamId stream = must(runtime->device().create_stream());
   const Case cases[] = {{"2.5 KiB (640 f32)", 640, 2000}, {"4 MiB (1M f32)", 1u << 20, 200}};

@@ -29,7 +29,7 @@
 #include "npurt/exec/worker.h"
 #include "npurt/runtime/runtime.h"
 #include "isa/elementwise_kernel.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 
 namespace {
@@ -81,7 +81,7 @@ isa::Image small_add_kernel() {
 // ---- latency: reuse vs. a fresh stream per run ----
 
 void BM_RunLatencyReuseVsStreamPerRun(benchmark::State& state) {
-  auto runtime = must(Runtime::create_sim());
+  auto runtime = must(Runtime::create("sim"));
   const std::shared_ptr<hal::Device>& dev = runtime->shared_device();
   exec::WorkerOptions reuse_opts, fresh_opts;
   fresh_opts.stream_per_run = true;
@@ -153,7 +153,7 @@ struct PipelineRig {
     // One host thread runs a launch's cores, another a copy stream: the simulator's
     // "compute engine" and "DMA engine" each get a CPU even on a 2-CPU machine.
     o.host_threads = 1;
-    runtime = must(Runtime::create_sim(o));
+    runtime = must(Runtime::create(must(hal::create_sim_device(o))));
     dev = runtime->shared_device();
     code = must(runtime->registry().register_image(stream_add_kernel()));
     host_x.assign(kInputBytes / 4, 0.5f);

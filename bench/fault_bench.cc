@@ -17,7 +17,7 @@
 #include "isa/elementwise_kernel.h"
 #include "must.h"
 #include "npurt/exec/worker.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/runtime/runtime.h"
 #include "samples.h"
 
@@ -33,7 +33,7 @@ constexpr auto kTimeout = std::chrono::milliseconds(20);
 constexpr uint64_t kN = 64 * 8, kBytes = kN * 4;
 
 struct FaultRig {
-  std::shared_ptr<Runtime> runtime = must(Runtime::create_sim({.num_cores = 4}));
+  std::shared_ptr<Runtime> runtime = must(Runtime::create("sim", {.cores = 4}));
   hal::Device& dev = runtime->device();
   exec::CodeHandle code =
       must(runtime->registry().register_image(must(isa::elementwise_builder("add", isa::BinOp::kAdd, 64).build())));
@@ -50,9 +50,9 @@ struct FaultRig {
         {code});
   }
   void hang_next_launch() {
-    must(hal::set_sim_faults(dev, hal::FaultPlan{}.fail({.site = hal::FaultSite::kKernelHang, .nth = 1})));
+    must(dev.set_fault_plan(hal::FaultPlan{}.fail({.site = hal::FaultSite::kKernelHang, .nth = 1})));
   }
-  void stop_faults() { must(hal::set_sim_faults(dev, {})); }
+  void stop_faults() { must(dev.set_fault_plan({})); }
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -90,7 +90,7 @@ void BM_ResetToNextSuccessfulRun(benchmark::State& state) {
   for (auto _ : state) {
     rig.hang_next_launch();
     exec::RunHandle hung = rig.submit(*worker);
-    while (must(hal::sim_fault_stats(rig.dev)).injected[static_cast<size_t>(hal::FaultSite::kKernelHang)] == 0) {
+    while (must(rig.dev.fault_stats()).injected[static_cast<size_t>(hal::FaultSite::kKernelHang)] == 0) {
       std::this_thread::yield();  // until the kernel is spinning
     }
     rig.stop_faults();

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fma_peak.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 
 namespace {

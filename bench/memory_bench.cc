@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 #include "npurt/memory/memory_context.h"
 

@@ -185,7 +185,7 @@ std::shared_ptr<models::Gemma3Model> load_batched(const models::GgufFile& file, 
   bo.verify_tokens = 0;
   bo.batch_sequences = 16;
   bo.kv_blocks = 16 * 128 / bo.kv_block_positions;
-  return or_die(models::Gemma3Model::load_sim(file, cores, bo), "load batched");
+  return or_die(models::Gemma3Model::load_on(file, "sim", cores, bo), "load batched");
 }
 
 // Time to first token of a request with a `prompt`-token prompt on a BatchEngine
@@ -499,11 +499,11 @@ int main(int argc, char** argv) {
       models::Gemma3Options deep_mo = mo;
       deep_mo.max_context = kDepth + kDepthDecode + 1;
       deep_mo.kv_cache = kv;
-      auto model = or_die(models::Gemma3Model::load_sim(file, cores, deep_mo), "load");
+      auto model = or_die(models::Gemma3Model::load_on(file, "sim", cores, deep_mo), "load");
       return decode_run(*model, prompt_of(tok, text.str(), kDepth), kDepthDecode, 0);
     };
     const Decode deep = decode_deep(isa::DType::kF32), deep_f16 = decode_deep(isa::DType::kF16);
-    auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
+    auto sim = or_die(models::Gemma3Model::load_on(file, "sim", cores, mo), "load");
     const Figures f = measure(*sim, p64, p512, a.tokens);
     const Decode prose = decode_run(*sim, p64, a.tokens, a.speculate);
     const Decode rep_plain = decode_run(*sim, p_repeat, a.tokens, 0);
@@ -527,10 +527,10 @@ int main(int argc, char** argv) {
   std::vector<double> load_s;
   for (int r = 0; r < 3; ++r) {
     const auto t = Clock::now();
-    auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
+    auto sim = or_die(models::Gemma3Model::load_on(file, "sim", cores, mo), "load");
     load_s.push_back(seconds_since(t));
   }
-  auto sim = or_die(models::Gemma3Model::load_sim(file, cores, mo), "load");
+  auto sim = or_die(models::Gemma3Model::load_on(file, "sim", cores, mo), "load");
   models::Gemma3Model& model = *sim;
 
   // Model runs and DRAM reads alternate, so both see the same machine state.

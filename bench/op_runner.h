@@ -10,7 +10,7 @@
 
 #include "must.h"
 #include "npurt/exec/code_registry.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/ops/operator.h"
 #include "ops/random_inputs.h"
 

@@ -91,8 +91,8 @@ void bench_collectives(uint32_t cores, int reps) {
   std::printf("  %-8s %-7s %12s %12s %12s %12s %8s\n", "devices", "bytes", "latency us", "GB/s", "memcpy us",
               "memcpy GB/s", "ratio");
   for (int n : {2, 4}) {
-    auto g = must(comm::DeviceGroup::create_sim(
-        n, {.num_cores = cores, .global_memory_bytes = 256ull << 20, .host_threads = 1}));
+    auto g = must(comm::DeviceGroup::create(
+        "sim", n, {.cores = cores, .memory_bytes = 256ull << 20, .settings = {{"host_threads", "1"}}}));
     for (uint64_t bytes : {uint64_t{640 * 4}, uint64_t{4} << 20}) {
       const double t = all_reduce_seconds(ranks_of(*g), bytes, reps), m = memcpy_seconds(bytes, reps);
       std::printf("  %-8d %-7s %12.1f %12.2f %12.2f %12.2f %8.3f\n", n, bytes < 4096 ? "2.5KiB" : "4MiB", t * 1e6,
@@ -112,7 +112,7 @@ DecodeFigures bench_decode(const models::GgufFile& file, const models::Gemma3Opt
                            const std::vector<int32_t>& prompt, std::vector<std::shared_ptr<comm::Communicator>> ranks,
                            uint32_t cores, int tokens, int reps) {
   std::unique_ptr<models::Gemma3Model> model =
-      ranks.empty() ? must(models::Gemma3Model::load_sim(file, cores, mo))
+      ranks.empty() ? must(models::Gemma3Model::load_on(file, "sim", cores, mo))
                     : must(models::Gemma3Model::load_parallel(file, ranks, mo));
   DecodeFigures f;
   std::vector<double> tps;
@@ -163,9 +163,9 @@ void bench_decode_in_process(const models::GgufFile& file, const std::string& pa
   for (int n : {1, 2, 4}) {
     std::shared_ptr<comm::DeviceGroup> group;
     if (n > 1) {
-      hal::SimOptions sim = must(models::gemma3_sim_options(file, cores, mo, n));
-      sim.host_threads = 1;  // the devices share the machine's cores
-      group = must(comm::DeviceGroup::create_sim(n, sim));
+      hal::DeviceSpec sim = must(models::gemma3_device_spec(file, cores, mo, n));
+      sim.settings["host_threads"] = "1";  // the devices share the machine's cores
+      group = must(comm::DeviceGroup::create("sim", n, sim));
     }
     const DecodeFigures f = bench_decode(file, mo, prompt, group ? ranks_of(*group) : decltype(ranks_of(*group)){},
                                          cores, tokens, reps);
@@ -182,7 +182,7 @@ int bench_decode_mpi(int argc, char** argv, const models::GgufFile& file, const 
   auto session = must(comm::mpi_init(argc, argv));
   const int n = session->world_size(), me = session->world_rank();
   const models::Gemma3Options mo = decode_options(prompt, tokens);
-  auto runtime = must(Runtime::create_sim(must(models::gemma3_sim_options(file, cores, mo, n))));
+  auto runtime = must(Runtime::create("sim", must(models::gemma3_device_spec(file, cores, mo, n))));
   std::shared_ptr<comm::Communicator> c = must(comm::MpiCommunicator::create(runtime));
   const DecodeFigures f = bench_decode(file, mo, prompt, {c}, cores, tokens, reps);
   DecodeFigures one;

@@ -51,6 +51,8 @@ import time
 import numpy as np
 import llama_cpp
 
+from bench_report import write_report
+
 PREFILL_SIZES = (64, 512)
 DECODE_PROMPT = 64
 DECODE_STEPS = 128
@@ -355,12 +357,7 @@ def main():
         "prompt_token_ids": llama.tokens[:max(PREFILL_SIZES)],
         "llama_cpp_decode_token_ids": generated,
     }
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    print(f"\nwrote {args.out}")
+    write_report(args.out, report)
 
 
 if __name__ == "__main__":

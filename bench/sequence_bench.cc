@@ -8,7 +8,7 @@
 #include <random>
 
 #include "npurt/graph/operator_sequence.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 #include "npurt/ops/elementwise.h"
 #include "npurt/ops/gemv.h"
@@ -23,7 +23,7 @@ namespace {
 using isa::DType;
 
 struct Rig {
-  Rig() : runtime(must(Runtime::create_sim())), memory(&runtime->memory()) {}
+  Rig() : runtime(must(Runtime::create("sim"))), memory(&runtime->memory()) {}
   void fill(const std::string& name, DType t, uint32_t seed) {
     View v = must(seq->get_buffer(name));
     std::mt19937 rng(seed);

@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 
+from bench_report import write_report
+
 CLIENTS = (1, 4, 8, 16)
 ROUNDS = 3
 MAX_TOKENS = 32
@@ -210,10 +212,7 @@ def main():
               f"{n['differences']:>8} / {l['differences']:<8}")
         report[str(c)] = row
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"model": args.model, "reps": args.reps, "clients": report}, f, indent=2)
-            f.write("\n")
-        print(f"\nwrote {args.out}")
+        write_report(args.out, {"model": args.model, "reps": args.reps, "clients": report})
 
 
 if __name__ == "__main__":

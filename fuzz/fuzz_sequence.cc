@@ -50,8 +50,8 @@ void check(bool ok) {
 // Every input shares this runtime, as every sequence of a process does.
 Runtime& runtime() {
   static const std::shared_ptr<Runtime>* rt = [] {
-    const hal::SimOptions sim{.num_cores = 4, .global_memory_bytes = 64ull << 20, .host_threads = 2};
-    StatusOr<std::shared_ptr<Runtime>> r = Runtime::create_sim(sim);
+    const hal::DeviceSpec spec{.cores = 4, .memory_bytes = 64ull << 20, .settings = {{"host_threads", "2"}}};
+    StatusOr<std::shared_ptr<Runtime>> r = Runtime::create("sim", spec);
     check(r.ok());
     return new std::shared_ptr<Runtime>(std::move(r).value());  // lives until exit
   }();

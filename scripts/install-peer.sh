@@ -65,13 +65,14 @@ cmake_args() {
 ARGS="$(cmake_args)"
 WANT="llama-cpp-python==$VERSION $ARGS"
 
-# llama-batched-bench (aggregate decode of many sequences) and llama-server (the peer of
-# `npurt serve`) from the llama.cpp the same source distribution vendors, built with the
+# llama-batched-bench (aggregate decode of many sequences), llama-server (the peer of
+# `npurt serve`) and llama-simple (the peer of `npurt generate`'s memory) from the llama.cpp the same source distribution vendors, built with the
 # same instruction sets into $VENV/llama.cpp-build; their own stamp.
 TOOLS_STAMP="$VENV/.peer-tools-stamp"
 TOOLS_BUILD="$VENV/llama.cpp-build"
 build_tools() {
   if [ -x "$TOOLS_BUILD/bin/llama-batched-bench" ] && [ -x "$TOOLS_BUILD/bin/llama-server" ] &&
+    [ -x "$TOOLS_BUILD/bin/llama-simple" ] &&
     [ -f "$TOOLS_STAMP" ] && [ "$(cat "$TOOLS_STAMP")" = "$WANT" ]; then
     return
   fi
@@ -79,7 +80,7 @@ build_tools() {
   local src="$VENV/sdist"
   rm -rf "$src"
   mkdir -p "$src"
-  echo "install-peer: building llama-batched-bench and llama-server from llama-cpp-python $VERSION's llama.cpp (several minutes)"
+  echo "install-peer: building llama-batched-bench, llama-server and llama-simple from llama-cpp-python $VERSION's llama.cpp (several minutes)"
   "$VENV/bin/pip" download --disable-pip-version-check --no-deps --no-binary :all: -d "$src" \
     "llama-cpp-python==$VERSION" >>"$LOG" 2>&1 || die "pip download llama-cpp-python==$VERSION failed (log: $LOG)"
   tar -xzf "$src"/llama_cpp_python-"$VERSION".tar.gz -C "$src"
@@ -87,8 +88,8 @@ build_tools() {
   cmake -S "$src/llama_cpp_python-$VERSION/vendor/llama.cpp" -B "$TOOLS_BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=OFF $ARGS >>"$LOG" 2>&1 ||
     die "configuring llama.cpp failed (log: $LOG)"
-  cmake --build "$TOOLS_BUILD" --target llama-batched-bench llama-server -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-    >>"$LOG" 2>&1 || die "building llama-batched-bench and llama-server failed (log: $LOG)"
+  cmake --build "$TOOLS_BUILD" --target llama-batched-bench llama-server llama-simple -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+    >>"$LOG" 2>&1 || die "building llama-batched-bench, llama-server and llama-simple failed (log: $LOG)"
   rm -rf "$src"
   echo "$WANT" >"$TOOLS_STAMP"
 }

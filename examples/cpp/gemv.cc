@@ -33,7 +33,7 @@ int main() {
 
   // A runtime: one simulated NPU with its memory context and code registry. Whatever is
   // made from it keeps it alive.
-  auto runtime = npurt::Runtime::create_sim({.num_cores = 8});
+  auto runtime = npurt::Runtime::create("sim", {.cores = 8});
   if (!runtime.ok()) return fail("runtime", runtime.status());
   npurt::MemoryContext& memory = (*runtime)->memory();
 

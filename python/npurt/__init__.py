@@ -43,6 +43,7 @@ from ._npurt import (
     UnimplementedError,
     View,
     Worker,
+    drivers,
     page_size,
     userfaultfd_supported,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "Worker",
     "models",
     "ops",
+    "drivers",
     "page_size",
     "userfaultfd_supported",
 ]

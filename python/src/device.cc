@@ -2,6 +2,7 @@
 // context and code registry, tracked buffers, and numpy arrays over host mirrors.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,7 +13,7 @@
 
 #include "common.h"
 #include "device_objects.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/driver.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/memory/write_tracker.h"
 
@@ -283,7 +284,8 @@ nb::dict memory_stats_dict(const MemoryStats& s) {
                      {"deferred_frees", &M::deferred_frees},
                      {"pending_frees", &M::pending_frees},
                      {"tracked_pages_collected", &M::tracked_pages_collected},
-                     {"tracked_conflict_pages", &M::tracked_conflict_pages}});
+                     {"tracked_conflict_pages", &M::tracked_conflict_pages},
+                     {"host_bytes_dropped", &M::host_bytes_dropped}});
 }
 
 WriteTrackingMechanism parse_tracking(const std::string& s) {
@@ -343,9 +345,14 @@ void write_array(PyView& v, nb::handle array) {
   });
 }
 
+// The simulator's default local memory per core (hal::SimOptions), the keyword's default.
+constexpr uint32_t kSimLocalMemoryBytes = 256u << 10;
+
 }  // namespace
 
 void bind_device(nb::module_& m) {
+  m.def("drivers", [] { return hal::driver_names(); },
+        "The names of the device drivers there are (Device(driver=...)); 'sim' is the simulated NPU.");
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&close_all_devices));
   m.def("page_size", [] { return PageWriteTracker::page_size(); },
         "The host page size: raw writes to tracked buffers are uploaded in whole pages.");
@@ -360,18 +367,28 @@ void bind_device(nb::module_& m) {
       .def(
           "__init__",
           [](PyDevice* self, uint32_t cores, bool sanitize, uint64_t global_memory_bytes,
-             uint32_t local_memory_bytes, uint32_t host_threads) {
-            hal::SimOptions o;
-            o.num_cores = cores;
-            o.sanitize = sanitize;
-            o.global_memory_bytes = global_memory_bytes;
-            o.local_memory_bytes = local_memory_bytes;
-            o.host_threads = host_threads;
+             uint32_t local_memory_bytes, uint32_t host_threads, const std::string& driver, nb::object settings) {
+            // 0 means "the driver's default" to a DeviceSpec; here it is a mistake.
+            if (cores == 0) check(invalid_argument("Device: cores must be at least 1"));
+            if (global_memory_bytes == 0) check(invalid_argument("Device: global_memory_bytes must be at least 1"));
+            hal::DeviceSpec spec{.cores = cores, .memory_bytes = global_memory_bytes};
+            // The simulator's own options, where they differ from its defaults; any
+            // other driver's settings come by name in `settings`.
+            if (sanitize) spec.settings["sanitize"] = "1";
+            if (local_memory_bytes != kSimLocalMemoryBytes) {
+              spec.settings["local_memory_bytes"] = std::to_string(local_memory_bytes);
+            }
+            if (host_threads != 0) spec.settings["host_threads"] = std::to_string(host_threads);
+            if (!settings.is_none()) {
+              for (auto [key, value] : nb::cast<nb::dict>(settings)) {
+                spec.settings[nb::cast<std::string>(nb::str(key))] = nb::cast<std::string>(nb::str(value));
+              }
+            }
             auto st = std::make_shared<DeviceState>();
             Status s;
             {
               nb::gil_scoped_release release;
-              auto rt = Runtime::create_sim(o);
+              auto rt = Runtime::create(driver, spec);
               if (rt.ok()) {
                 st->runtime = *std::move(rt);
               } else {
@@ -384,8 +401,13 @@ void bind_device(nb::module_& m) {
             new (self) PyDevice{std::move(st)};
           },
           nb::arg("cores") = 8, nb::arg("sanitize") = false, nb::arg("global_memory_bytes") = 1ull << 30,
-          nb::arg("local_memory_bytes") = 256u << 10, nb::arg("host_threads") = 0,
-          "Creates a simulated NPU. Bad options raise InvalidArgumentError naming the field.")
+          nb::arg("local_memory_bytes") = kSimLocalMemoryBytes, nb::arg("host_threads") = 0,
+          nb::arg("driver") = "sim", nb::arg("settings") = nb::none(),
+          "Creates a device of the driver named `driver` (default sim, the simulated NPU; "
+          "npurt.drivers() lists them) with `cores` cores and `global_memory_bytes` of memory. "
+          "sanitize, local_memory_bytes and host_threads are the simulator's settings; `settings` "
+          "passes any driver's by name. Bad options raise InvalidArgumentError naming the field, "
+          "an unknown driver NotFoundError naming the ones there are.")
       .def_prop_ro(
           "info",
           [](PyDevice& d) {

@@ -27,14 +27,15 @@ namespace {
 class PyDeviceGroup {
  public:
   PyDeviceGroup(int devices, uint32_t cores, uint64_t memory) {
-    hal::SimOptions o;
-    o.num_cores = cores;
-    o.global_memory_bytes = memory;
-    o.host_threads = 1;  // the devices share this machine's cores
+    // 0 means "the driver's default" to a DeviceSpec; here it is a mistake.
+    if (cores == 0) check(invalid_argument("DeviceGroup: cores must be at least 1"));
+    if (memory == 0) check(invalid_argument("DeviceGroup: memory must be at least 1"));
+    // The simulated devices share this machine's cores: one host thread each.
+    const hal::DeviceSpec spec{.cores = cores, .memory_bytes = memory, .settings = {{"host_threads", "1"}}};
     Status s;
     {
       nb::gil_scoped_release release;
-      s = create(devices, o);
+      s = create(devices, spec);
     }
     check(s);
     for (int r = 0; r < size(); ++r) states_.push_back(adopt_runtime(group_->shared_runtime(r)));
@@ -109,8 +110,8 @@ class PyDeviceGroup {
   }
 
  private:
-  Status create(int devices, const hal::SimOptions& o) {
-    NPURT_ASSIGN_OR_RETURN(group_, comm::DeviceGroup::create_sim(devices, o));
+  Status create(int devices, const hal::DeviceSpec& spec) {
+    NPURT_ASSIGN_OR_RETURN(group_, comm::DeviceGroup::create("sim", devices, spec));
     for (int r = 0; r < group_->size(); ++r) {
       NPURT_ASSIGN_OR_RETURN(hal::Stream s, hal::Stream::create(group_->runtime(r).shared_device()));
       streams_.push_back(std::move(s));

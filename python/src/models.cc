@@ -284,7 +284,7 @@ class Gemma3 {
     mo.batch_sequences = batch_;
     mo.kv_blocks = kv_blocks_;
     if (devices == 1) {
-      NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_sim(*file_, cores, mo));
+      NPURT_ASSIGN_OR_RETURN(sim_, models::Gemma3Model::load_on(*file_, "sim", cores, mo));
     } else {
       NPURT_ASSIGN_OR_RETURN(sim_, load_parallel(cores, mo, devices));
     }
@@ -297,9 +297,9 @@ class Gemma3 {
   // alive. Counts the model cannot split (or below 1) fail here, by name.
   StatusOr<std::unique_ptr<models::Gemma3Model>> load_parallel(uint32_t cores, const models::Gemma3Options& mo,
                                                                int devices) {
-    NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, models::gemma3_sim_options(*file_, cores, mo, devices));
-    sim.host_threads = 1;  // the devices share this machine's cores
-    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group, comm::DeviceGroup::create_sim(devices, sim));
+    NPURT_ASSIGN_OR_RETURN(hal::DeviceSpec spec, models::gemma3_device_spec(*file_, cores, mo, devices));
+    spec.settings["host_threads"] = "1";  // the devices share this machine's cores
+    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group, comm::DeviceGroup::create("sim", devices, spec));
     std::vector<std::shared_ptr<comm::Communicator>> ranks;
     for (int r = 0; r < group->size(); ++r) ranks.push_back(group->communicator(r));
     return models::Gemma3Model::load_parallel(*file_, std::move(ranks), mo);

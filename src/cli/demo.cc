@@ -2,25 +2,23 @@
 #include <cstdio>
 
 #include "cli/demo_kernels.h"
-#include "hal/sim/tile_kernels.h"
 #include "npurt/runtime/runtime.h"
 
 namespace npurt::cli {
 
 int run_demo(uint32_t cores, bool sanitize, uint32_t seed) {
-  hal::SimOptions options;
-  options.num_cores = cores;
-  options.sanitize = sanitize;
-  StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::create_sim(options);
+  hal::DeviceSpec spec{.cores = cores};
+  if (sanitize) spec.settings["sanitize"] = "1";
+  StatusOr<std::shared_ptr<Runtime>> runtime = Runtime::create("sim", spec);
   if (!runtime.ok()) {
     std::fprintf(stderr, "npurt demo: %s\n", runtime.status().to_string().c_str());
     return 1;
   }
   const auto& info = (*runtime)->device().info();
   std::printf("device: %s, %u cores, %u KiB local memory/core, icache %u sets x %u ways x %u B, "
-              "tile kernels: %s%s\n\n",
+              "%s%s\n\n",
               info.name.c_str(), info.num_cores, info.local_memory_bytes >> 10, info.icache_sets,
-              info.icache_ways, info.icache_line_bytes, sim::tile_kernels_target(),
+              info.icache_ways, info.icache_line_bytes, info.details.c_str(),
               sanitize ? ", sanitizer on" : "");
   auto results = run_demo_kernels(**runtime, seed);
   if (!results.ok()) {

@@ -6,13 +6,13 @@
 #include <functional>
 #include <random>
 
-#include "hal/sim/tile_kernels.h"
 #include "npurt/base/math.h"
 #include "isa/elementwise_kernel.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/exec/stream_pool.h"
 #include "npurt/hal/handles.h"
 #include "npurt/isa/builder.h"
+#include "npurt/isa/numeric.h"
 
 namespace npurt::cli {
 namespace {
@@ -75,9 +75,11 @@ Case gemv_bf16(std::mt19937& rng) {
   b.tst(ty, y, off_y, DType::kF32);
   const auto ha = random_vector(size_t{kM} * kK, rng), hx = random_vector(kK, rng);
   std::vector<uint16_t> a16(ha.size());
-  sim::convert(ha.data(), DType::kF32, a16.data(), DType::kBF16, ha.size());
   std::vector<float> a_rounded(ha.size());
-  sim::convert(a16.data(), DType::kBF16, a_rounded.data(), DType::kF32, ha.size());
+  for (size_t i = 0; i < ha.size(); ++i) {
+    a16[i] = isa::f32_to_bf16(ha[i]);
+    a_rounded[i] = isa::bf16_to_f32(a16[i]);
+  }
   std::vector<double> ref(kM, 0.0);
   for (uint32_t m = 0; m < kM; ++m) {
     for (uint32_t k = 0; k < kK; ++k) ref[m] += double(a_rounded[size_t{m} * kK + k]) * hx[k];

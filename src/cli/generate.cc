@@ -14,6 +14,7 @@
 
 #include "npurt/comm/device_group.h"
 #include "npurt/comm/mpi.h"
+#include "npurt/hal/driver.h"
 #include "npurt/models/gemma3_model.h"
 #include "npurt/models/gguf.h"
 #include "npurt/models/host_oracle.h"
@@ -60,22 +61,22 @@ class ProgressBar {
 
 double per_second(int n, double seconds) { return seconds > 0 ? n / seconds : 0; }
 
-// The device model: on one simulated NPU, or split over a group of them.
+// The device model: on one device of the driver --device names, or split over a group.
 StatusOr<std::unique_ptr<models::Gemma3Model>> load_device_model(const GenerateArgs& args,
                                                                  const models::GgufFile& file,
                                                                  const models::Gemma3Options& mo, ProgressBar& bar) {
   const auto progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
-  NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, models::gemma3_sim_options(file, args.cores, mo, args.devices));
-  if (args.device_memory != 0) sim.global_memory_bytes = args.device_memory << 20;
+  NPURT_ASSIGN_OR_RETURN(hal::DeviceSpec spec, models::gemma3_device_spec(file, args.cores, mo, args.devices));
+  if (args.device_memory != 0) spec.memory_bytes = args.device_memory << 20;
   if (args.devices == 1) {
-    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create(args.device, spec));
     return models::Gemma3Model::load(file, *runtime, mo, progress);
   }
-  // The devices share this machine's cores: one host thread each runs its kernels.
-  sim.host_threads = 1;
+  // Simulated devices share this machine's cores: one host thread each runs its kernels.
+  if (args.device == "sim") spec.settings["host_threads"] = "1";
   NPURT_ASSIGN_OR_RETURN(std::shared_ptr<comm::DeviceGroup> group,
-                         comm::DeviceGroup::create_sim(args.devices, sim, {},
-                                                       {.timeout = std::chrono::milliseconds(args.collective_timeout_ms)}));
+                         comm::DeviceGroup::create(args.device, args.devices, spec, {},
+                                                   {.timeout = std::chrono::milliseconds(args.collective_timeout_ms)}));
   std::vector<std::shared_ptr<comm::Communicator>> ranks;
   for (int r = 0; r < group->size(); ++r) ranks.push_back(group->communicator(r));
   return models::Gemma3Model::load_parallel(file, ranks, mo, progress);
@@ -114,10 +115,10 @@ Status open_inputs(const GenerateArgs& args, Inputs& in) {
   return ok_status();
 }
 
-// Drafts per verify step: speculation runs on one simulated NPU only.
+// Drafts per verify step: speculation runs on one device only.
 int speculation(const GenerateArgs& args) {
-  const bool one_sim = args.device == "sim" && args.devices == 1 && args.tp == 0;
-  return one_sim ? args.speculate : 0;
+  const bool one_device = args.device != "host" && args.devices == 1 && args.tp == 0;
+  return one_device ? args.speculate : 0;
 }
 
 models::Gemma3Options model_options(const GenerateArgs& args, const Inputs& in) {
@@ -146,12 +147,12 @@ Status start_mpi(const GenerateArgs& args, const Inputs& in, const Status& opene
     return invalid_argument("--tp " + std::to_string(args.tp) + " but mpirun started " +
                             std::to_string(mpi.session->world_size()) + " ranks");
   }
-  hal::SimOptions sim{.num_cores = args.cores};
+  hal::DeviceSpec spec{.cores = args.cores};
   if (opened.ok()) {
-    NPURT_ASSIGN_OR_RETURN(sim, models::gemma3_sim_options(*in.file, args.cores, model_options(args, in), args.tp));
+    NPURT_ASSIGN_OR_RETURN(spec, models::gemma3_device_spec(*in.file, args.cores, model_options(args, in), args.tp));
   }
-  if (args.device_memory != 0) sim.global_memory_bytes = args.device_memory << 20;
-  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+  if (args.device_memory != 0) spec.memory_bytes = args.device_memory << 20;
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create(args.device, spec));
   NPURT_ASSIGN_OR_RETURN(mpi.comm, comm::MpiCommunicator::create(
                                        runtime, {.timeout = std::chrono::milliseconds(args.collective_timeout_ms)}));
   return mpi.comm->agree(opened);
@@ -174,19 +175,21 @@ void print_logprobs(const models::Tokenizer& tok, const std::vector<int32_t>& to
 }  // namespace
 
 int run_generate(const GenerateArgs& args) {
-  if (args.device != "sim" && args.device != "host") {
-    return fail("unknown device '" + args.device + "' (expected sim or host)");
+  if (args.device != "host") {
+    if (const auto driver = hal::find_driver(args.device); !driver.ok()) {
+      return fail("--device: " + driver.status().message() + "; or host, the f32 host oracle");
+    }
   }
   if (args.max_tokens < 0) return fail("--max-tokens must not be negative");
   if (const Status s = models::check_sampling(args.sampling); !s.ok()) return fail(s.to_string());
-  if (args.tp > 0 && (args.devices != 1 || args.device != "sim")) {
-    return fail("--tp runs one simulated NPU per MPI rank: it takes neither --devices nor --device host");
+  if (args.tp > 0 && (args.devices != 1 || args.device == "host")) {
+    return fail("--tp runs one device per MPI rank: it takes neither --devices nor --device host");
   }
-  if (args.devices != 1 && args.device != "sim") {
-    return fail("--devices splits the model over simulated NPUs: not with --device host");
+  if (args.devices != 1 && args.device == "host") {
+    return fail("--devices splits the model over devices: not with --device host");
   }
   if (args.speculate_set && args.speculate > 0 && speculation(args) == 0) {
-    return fail("--speculate verifies drafts on one simulated NPU: not with --device host, --devices or --tp");
+    return fail("--speculate verifies drafts on one device: not with --device host, --devices or --tp");
   }
   const auto t_open = std::chrono::steady_clock::now();
   Inputs in;
@@ -217,7 +220,7 @@ int run_generate(const GenerateArgs& args) {
   std::unique_ptr<models::HostOracle> oracle;
   std::unique_ptr<models::HostTokenModel> host_model;
   models::TokenModel* model = nullptr;
-  if (args.device == "sim") {
+  if (args.device != "host") {
     ProgressBar bar;
     const models::Gemma3Options mo = model_options(args, in);
     StatusOr<std::unique_ptr<models::Gemma3Model>> loaded =
@@ -260,7 +263,7 @@ int run_generate(const GenerateArgs& args) {
                args.device.c_str(), devices > 1 ? (" x" + std::to_string(devices)).c_str() : "",
                args.tp > 0 ? " over MPI" : "", load_seconds, stats.prompt_tokens,
                per_second(stats.prompt_tokens, stats.prefill_seconds),
-               args.device == "sim" && args.prefill_chunk > 0
+               args.device != "host" && args.prefill_chunk > 0
                    ? ("chunks of " + std::to_string(sim->prefill_chunk())).c_str()
                    : "token by token",
                stats.prefill_seconds, stats.decoded_tokens(), per_second(stats.decoded_tokens(), stats.decode_seconds));

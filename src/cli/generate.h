@@ -14,7 +14,7 @@ struct GenerateArgs {
   std::string model;  // empty: default_model_path()
   std::string prompt = "The capital of France is";
   int max_tokens = 32;
-  std::string device = "sim";  // sim (the simulated NPU) or host (the f32 host oracle)
+  std::string device = "sim";  // a driver (hal/driver.h; sim: the simulated NPU) or host (the f32 host oracle)
   uint32_t cores = 8;
   uint32_t prefill_chunk = models::Gemma3Options::kDefaultPrefillChunk;
   std::string kv_cache = "f32";  // the KV cache's element type: f32, f16 or bf16

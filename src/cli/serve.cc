@@ -77,8 +77,8 @@ int run_serve(const ServeArgs& args) {
                                    .prefill_chunk = args.prefill_chunk,
                                    .verify_tokens = 0,
                                    .batch_sequences = static_cast<uint32_t>(args.parallel)};
-    NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, models::gemma3_sim_options(*gguf, args.cores, mo));
-    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+    NPURT_ASSIGN_OR_RETURN(hal::DeviceSpec spec, models::gemma3_device_spec(*gguf, args.cores, mo));
+    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create("sim", spec));
     NPURT_ASSIGN_OR_RETURN(std::unique_ptr<models::Gemma3Model> model, models::Gemma3Model::load(*gguf, *runtime, mo));
     NPURT_ASSIGN_OR_RETURN(std::unique_ptr<serve::EngineLoop> loop,
                            serve::EngineLoop::start(std::shared_ptr<models::Gemma3Model>(std::move(model)), tokenizer,

@@ -147,7 +147,7 @@ bool set_run_timeout(Options& options, int64_t ms) {
 
 // The faults injected since the soak last took the log: those of the iteration that hung.
 void print_recent_faults(hal::Device& device, std::FILE* log) {
-  StatusOr<std::vector<hal::InjectedFault>> faults = hal::take_sim_fault_log(device);
+  StatusOr<std::vector<hal::InjectedFault>> faults = device.take_fault_log();
   if (!faults.ok()) return;
   std::fprintf(log, "  faults injected in its iteration:%s\n", faults->empty() ? " none" : "");
   for (const hal::InjectedFault& f : *faults) {
@@ -155,7 +155,7 @@ void print_recent_faults(hal::Device& device, std::FILE* log) {
                  std::string(hal::fault_site_name(f.site)).c_str(), f.what.c_str());
   }
   // A hung launch enters the log only when it ends, so count the hangs drawn instead.
-  if (StatusOr<hal::FaultStats> stats = hal::sim_fault_stats(device); stats.ok()) {
+  if (StatusOr<hal::FaultStats> stats = device.fault_stats(); stats.ok()) {
     std::fprintf(log, "  kernel hangs injected under the current plan: %llu\n",
                  static_cast<unsigned long long>(stats->injected[static_cast<size_t>(hal::FaultSite::kKernelHang)]));
   }
@@ -206,10 +206,9 @@ class Soak {
  private:
   // ---- setup ----
   Status setup() {
-    hal::SimOptions sim{.num_cores = o_.cores, .global_memory_bytes = 256ull << 20};
     RuntimeOptions options;
     if (o_.mistake == SoakMistake::kNaiveCoherence) options.memory.policy = CoherencePolicy::kNaiveResidencyFlags;
-    NPURT_ASSIGN_OR_RETURN(runtime_, Runtime::create_sim(sim, options));
+    NPURT_ASSIGN_OR_RETURN(runtime_, Runtime::create("sim", {.cores = o_.cores, .memory_bytes = 256ull << 20}, options));
     watchdog_.on_expiry([device = runtime_->shared_device(), log = log_] { print_recent_faults(*device, log); });
     NPURT_RETURN_IF_ERROR(warm_up_transfers());
     baseline_ = runtime_->device().counters();
@@ -469,14 +468,14 @@ class Soak {
     plan.seed = mix(o_.seed, ++plan_serial_);
     for (size_t s = 0; s < hal::kFaultSiteCount; ++s) plan.rate[s] = o_.fault_rate;
     plan.rate[static_cast<size_t>(hal::FaultSite::kKernelHang)] = hangs ? hang_rate_ : 0;
-    expect_ok(hal::set_sim_faults(runtime_->device(), plan));
+    expect_ok(runtime_->device().set_fault_plan(plan));
   }
-  void clear_plan() { expect_ok(hal::set_sim_faults(runtime_->device(), hal::FaultPlan{})); }
+  void clear_plan() { expect_ok(runtime_->device().set_fault_plan(hal::FaultPlan{})); }
 
   // Takes the device's fault log, then prints the iteration's findings with the
   // faults injected during it: the likely causes.
   void collect_fault_log() {
-    StatusOr<std::vector<hal::InjectedFault>> log = hal::take_sim_fault_log(runtime_->device());
+    StatusOr<std::vector<hal::InjectedFault>> log = runtime_->device().take_fault_log();
     if (!log.ok()) return emit_finding({"SOAK ERROR", "take_sim_fault_log: " + log.status().to_string()});
     std::string causes;
     auto errors = std::make_shared<const std::vector<std::string>>(std::move(iteration_errors_));

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "npurt/base/status.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/faults.h"
 
 namespace npurt::cli {
 

@@ -295,14 +295,15 @@ StatusOr<std::shared_ptr<DeviceGroup>> DeviceGroup::create(std::vector<std::shar
   return std::shared_ptr<DeviceGroup>(new DeviceGroup(std::move(state)));
 }
 
-StatusOr<std::shared_ptr<DeviceGroup>> DeviceGroup::create_sim(int devices, const hal::SimOptions& sim,
-                                                               RuntimeOptions runtime, CommOptions options) {
+StatusOr<std::shared_ptr<DeviceGroup>> DeviceGroup::create(std::string_view driver, int devices,
+                                                           const hal::DeviceSpec& spec, RuntimeOptions runtime,
+                                                           CommOptions options) {
   if (devices < 1 || devices > 64) {
     return invalid_argument("device group: " + std::to_string(devices) + " devices (1 to 64)");
   }
   std::vector<std::shared_ptr<Runtime>> runtimes;
   for (int r = 0; r < devices; ++r) {
-    auto rt = Runtime::create_sim(sim, runtime);
+    auto rt = Runtime::create(driver, spec, runtime);
     if (!rt.ok()) return rt.status().with_context("device group: device " + std::to_string(r));
     runtimes.push_back(std::move(rt).value());
   }

@@ -10,4 +10,28 @@ KernelArg KernelArg::scalar_f32(float v) {
   return {true, 0, 0, bits};
 }
 
+std::string_view fault_site_name(FaultSite site) {
+  switch (site) {
+    case FaultSite::kCopyToDevice: return "copy to device";
+    case FaultSite::kCopyToHost: return "copy to host";
+    case FaultSite::kKernel: return "kernel fault";
+    case FaultSite::kKernelHang: return "kernel hang";
+    case FaultSite::kCreateStream: return "create stream";
+    case FaultSite::kDestroyStream: return "destroy stream";
+    case FaultSite::kRecordEvent: return "record event";
+    case FaultSite::kAllocate: return "allocate";
+  }
+  return "unknown fault site";
+}
+
+namespace {
+Status no_faults(const Device& device) {
+  return unimplemented("fault injection: device '" + device.info().name + "' does not inject faults");
+}
+}  // namespace
+
+Status Device::set_fault_plan(FaultPlan) { return no_faults(*this); }
+StatusOr<FaultStats> Device::fault_stats() const { return no_faults(*this); }
+StatusOr<std::vector<InjectedFault>> Device::take_fault_log() { return no_faults(*this); }
+
 }  // namespace npurt::hal

@@ -506,6 +506,39 @@ Status MemoryCore::to_host(const View& view) {
   return sync_view(view, /*upload=*/false, "to_host");
 }
 
+Status MemoryCore::drop_host_copy(const View& view) {
+  constexpr const char* kWhat = "drop_host_copy";
+  std::lock_guard<std::mutex> lock(mu_);
+  NPURT_RETURN_IF_ERROR(sync_view(view, /*upload=*/true, kWhat));
+  BufferState& b = *view.buffer_;
+  const ByteRange r{view.offset(), view.end()};
+  // A launch's upload of these bytes may still be in flight: once the host forgets
+  // them, the device's copy must be good. Wait for the writers, then sync again so an
+  // upload that failed is sent anew (resend_failed_uploads).
+  std::vector<FenceRef> writers;
+  b.deps.for_each_in(r.begin, r.end, [&](uint64_t, uint64_t, const DepState& d) {
+    if (d.writer.valid() && !fences_.known_done(d.writer)) writers.push_back(d.writer);
+  });
+  if (!writers.empty()) {
+    for (const FenceRef& w : writers) (void)fences_.host_wait(w);  // a failure is handled by the resend
+    NPURT_RETURN_IF_ERROR(sync_view(view, /*upload=*/true, kWhat));
+  }
+  const uint64_t first = ceil_to(r.begin, page_);
+  const uint64_t last = r.end == b.size ? b.mirror_bytes : floor_to(r.end, page_);
+  if (first >= last) return ok_status();
+  if (madvise(b.mirror + first, last - first, MADV_DONTNEED) != 0) {
+    const int err = errno;
+    return internal_error(std::string(kWhat) + " of " + buffer_text(b) + " " + range_text(first, last) +
+                          ": madvise: " + std::strerror(err));
+  }
+  coherence_->on_host_dropped(b, {first, std::min(last, b.size)});
+  stats_.host_bytes_dropped += last - first;
+  // Tracked mode: the fresh pages are protected like the ones they replace, so a raw
+  // write to them is caught (and, where the device holds newer bytes, loses to them).
+  if (b.tracker) NPURT_RETURN_IF_ERROR_CTX(b.tracker->clear(first, last), std::string(kWhat) + " of " + buffer_text(b));
+  return ok_status();
+}
+
 Status MemoryCore::synchronize() {
   std::lock_guard<std::mutex> lock(mu_);
   NPURT_RETURN_IF_ERROR(check_open().with_context("synchronize"));

@@ -84,6 +84,7 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Status mark_host_written(const View& view);
   Status to_device(const View& view);
   Status to_host(const View& view);
+  Status drop_host_copy(const View& view);
 
   StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
                                    std::span<const LaunchArg> args);

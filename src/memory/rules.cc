@@ -38,6 +38,12 @@ class ExactCoherence final : public CoherenceRules {
   void on_host_write(BufferState& b, ByteRange r) const override {
     b.map.host_written(r.begin, r.end);
   }
+
+  void on_host_dropped(BufferState& b, ByteRange r) const override {
+    bool any = false;
+    b.map.for_each_in(r.begin, r.end, [&](uint64_t, uint64_t, State s) { any |= s == State::kBothValid; });
+    if (any) b.map.update(r.begin, r.end, [](State& s) { s = s == State::kBothValid ? State::kDeviceNewer : s; });
+  }
 };
 
 // CoherencePolicy::kNaiveResidencyFlags, WRONG on purpose (memory_context.h).
@@ -74,6 +80,8 @@ class NaiveResidencyFlags final : public CoherenceRules {
   }
 
   void on_host_write(BufferState& b, ByteRange) const override { b.naive.dirty = true; }
+  // Even the flags must fetch what the host no longer has.
+  void on_host_dropped(BufferState& b, ByteRange) const override { b.naive.readback_pending = true; }
 
  private:
   static NaiveFlags& flags_after(Plan& p, BufferState& b) {

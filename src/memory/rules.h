@@ -67,6 +67,8 @@ class CoherenceRules {
   virtual void commit(const Plan& plan) const = 0;
   // The host wrote `range` (a write guard, mark_host_written).
   virtual void on_host_write(BufferState& b, ByteRange range) const = 0;
+  // The host gave up its copy of `range` (drop_host_copy), which the device holds.
+  virtual void on_host_dropped(BufferState& b, ByteRange range) const = 0;
 };
 std::unique_ptr<CoherenceRules> make_coherence_rules(CoherencePolicy policy);
 

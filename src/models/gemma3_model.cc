@@ -11,7 +11,6 @@
 #include "models/gemma3_steps.h"
 #include "npurt/base/math.h"
 #include "npurt/hal/handles.h"
-#include "npurt/hal/sim_device.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/ops/argmax.h"
 
@@ -31,6 +30,42 @@ uint64_t resident_bytes(const GgufFile& file, const ShardedStep& step, const Gem
 
 std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
 
+// Bytes of a tensor copied to the device at a time: loading holds about this much
+// of it on the host (mirror and file pages), not the whole model.
+constexpr uint64_t kUploadPiece = 8ull << 20;
+
+// Copies `t`'s slice to `v` a few rows at a time; each piece's host pages, the
+// buffer's mirror and the file's, are given back once the device holds it (the device
+// keeps the only copy of a weight).
+Status upload_tensor(const GgufFile& file, const GgufTensor& t, const TensorSlice& slice, const View& v,
+                     MemoryContext& memory) {
+  if (is_norm(std::string(t.name)) && t.dtype != isa::DType::kF32) {
+    const std::vector<float> f = isa::to_f32(t.data, t.dtype);
+    if (f.size() * sizeof(float) != v.size()) return internal_error("gemma3: norm size mismatch");
+    NPURT_ASSIGN_OR_RETURN(WriteGuard g, memory.overwrite(v));
+    std::memcpy(g.bytes().data(), f.data(), v.size());
+  } else {
+    NPURT_ASSIGN_OR_RETURN(const SliceRows rows, slice_rows(t, slice));
+    if (rows.rows * rows.row_bytes != v.size()) {
+      return invalid_argument("gemma3: tensor '" + std::string(t.name) + "': its slice holds " +
+                              std::to_string(rows.rows * rows.row_bytes) + " bytes, the step binds " +
+                              std::to_string(v.size()));
+    }
+    const uint64_t step = std::max<uint64_t>(1, kUploadPiece / std::max<uint64_t>(rows.row_bytes, 1));
+    for (uint64_t r = 0; r < rows.rows; r += step) {
+      const uint64_t end = std::min(rows.rows, r + step);
+      NPURT_ASSIGN_OR_RETURN(View piece, v.subview(r * rows.row_bytes, (end - r) * rows.row_bytes));
+      {
+        NPURT_ASSIGN_OR_RETURN(WriteGuard g, memory.overwrite(piece));
+        rows.copy(t, r, end, g.bytes().data());
+      }
+      NPURT_RETURN_IF_ERROR(memory.drop_host_copy(piece));
+      file.release_pages(rows.source(t, r, end));
+    }
+  }
+  return memory.drop_host_copy(v);
+}
+
 // Copies every bound tensor's slice (norms converted to f32) to the device, so the
 // first step moves no weight. Returns the bytes a step reads.
 StatusOr<uint64_t> upload_weights(const GgufFile& file, const ShardedStep& step, graph::CompiledSequence& seq,
@@ -46,18 +81,7 @@ StatusOr<uint64_t> upload_weights(const GgufFile& file, const ShardedStep& step,
   }
   uint64_t done = 0;
   for (const auto& [t, v] : tensors) {
-    {
-      NPURT_ASSIGN_OR_RETURN(WriteGuard g, memory.overwrite(v));
-      const std::span<uint8_t> dst = g.bytes();
-      if (is_norm(std::string(t->name)) && t->dtype != isa::DType::kF32) {
-        const std::vector<float> f = isa::to_f32(t->data, t->dtype);
-        if (f.size() * sizeof(float) != dst.size()) return internal_error("gemma3: norm size mismatch");
-        std::memcpy(dst.data(), f.data(), dst.size());
-      } else {
-        NPURT_RETURN_IF_ERROR(copy_slice(*t, step.slices.at(std::string(t->name)), dst));
-      }
-    }
-    NPURT_RETURN_IF_ERROR(memory.to_device(v));
+    NPURT_RETURN_IF_ERROR(upload_tensor(file, *t, step.slices.at(std::string(t->name)), v, memory));
     done += v.size();
     if (progress) progress(done, total);
   }
@@ -501,13 +525,14 @@ StatusOr<std::vector<float>> Gemma3Model::logits() const {
   return out;
 }
 
-StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores, const Gemma3Options& options,
+StatusOr<hal::DeviceSpec> gemma3_device_spec(const GgufFile& file, uint32_t cores, const Gemma3Options& options,
                                              int devices) {
   NPURT_ASSIGN_OR_RETURN(Gemma3Config c, Gemma3Config::from_gguf(file));
   if (devices < 1) return invalid_argument("gemma3: " + std::to_string(devices) + " devices");
+  if (cores < 1) return invalid_argument("gemma3: 0 cores");
   // Weights take at most the file's bytes (a device's share of them), the KV cache
   // 2 elements per layer, position and kv dim of the device's heads; the rest is
-  // intermediates and code. GM pages are reserved lazily, so the margin costs nothing.
+  // intermediates and code.
   const uint64_t kv_heads = c.n_kv_heads % devices == 0 ? c.n_kv_heads / devices : 1;
   uint64_t positions = context_of(c, options);
   if (options.batch_sequences > 0) {  // the paged pool's positions too
@@ -516,17 +541,17 @@ StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t core
   }
   const uint64_t kv = positions * c.n_layers * 2 * kv_heads * c.head_dim *
                       std::max<uint64_t>(isa::dtype_size(options.kv_cache), 1);
-  hal::SimOptions o;
-  o.num_cores = cores;
-  o.global_memory_bytes = (file.bytes().size() / devices + kv + (256ull << 20) + 4095) / 4096 * 4096;
-  return o;
+  hal::DeviceSpec spec;
+  spec.cores = cores;
+  spec.memory_bytes = (file.bytes().size() / devices + kv + (256ull << 20) + 4095) / 4096 * 4096;
+  return spec;
 }
 
-StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load_sim(const GgufFile& file, uint32_t cores,
-                                                              const Gemma3Options& options,
-                                                              const Progress& progress) {
-  NPURT_ASSIGN_OR_RETURN(hal::SimOptions sim, gemma3_sim_options(file, cores, options));
-  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create_sim(sim));
+StatusOr<std::unique_ptr<Gemma3Model>> Gemma3Model::load_on(const GgufFile& file, std::string_view driver,
+                                                             uint32_t cores, const Gemma3Options& options,
+                                                             const Progress& progress) {
+  NPURT_ASSIGN_OR_RETURN(hal::DeviceSpec spec, gemma3_device_spec(file, cores, options));
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create(driver, spec));
   return load(file, *runtime, options, progress);
 }
 

@@ -72,29 +72,38 @@ uint64_t slice_bytes(const GgufTensor& t, const TensorSlice& s) {
   return rows * isa::dtype_bytes(t.dtype, s.count);
 }
 
-Status copy_slice(const GgufTensor& t, const TensorSlice& s, std::span<uint8_t> dst) {
+StatusOr<SliceRows> slice_rows(const GgufTensor& t, const TensorSlice& s) {
   const auto fail = [&](const std::string& why) {
     return invalid_argument("gemma3: tensor '" + std::string(t.name) + "': " + why);
   };
-  if (dst.size() != slice_bytes(t, s)) {
-    return fail("its slice holds " + std::to_string(slice_bytes(t, s)) + " bytes, the step binds " +
-                std::to_string(dst.size()));
-  }
-  if (s.cut == TensorSlice::Cut::kWhole) {
-    std::memcpy(dst.data(), t.data.data(), dst.size());
-    return ok_status();
-  }
-  const uint64_t cols = t.dims[0], rows = t.elements() / cols;
+  const uint64_t cols = t.dims.empty() ? 0 : t.dims[0];
+  const uint64_t rows = cols == 0 ? 0 : t.elements() / cols;
   const uint64_t row_bytes = isa::dtype_bytes(t.dtype, cols);
-  if (s.cut == TensorSlice::Cut::kRows) {
-    if (s.first + s.count > rows) return fail("rows past its end");
-    std::memcpy(dst.data(), t.data.data() + s.first * row_bytes, dst.size());
-    return ok_status();
+  if (rows * row_bytes != t.data.size()) return fail("its rows do not fill its data");
+  switch (s.cut) {
+    case TensorSlice::Cut::kWhole: return SliceRows{rows, row_bytes, 0, row_bytes, 0};
+    case TensorSlice::Cut::kRows:
+      if (s.first + s.count > rows) return fail("rows past its end");
+      return SliceRows{s.count, row_bytes, s.first, row_bytes, 0};
+    case TensorSlice::Cut::kColumns: break;
   }
   const uint64_t skip = isa::dtype_bytes(t.dtype, s.first), take = isa::dtype_bytes(t.dtype, s.count);
   if (s.first + s.count > cols || (s.first != 0 && skip == 0) || take == 0) return fail("columns off its blocks");
-  for (uint64_t r = 0; r < rows; ++r) std::memcpy(dst.data() + r * take, t.data.data() + r * row_bytes + skip, take);
-  return ok_status();
+  return SliceRows{rows, take, 0, row_bytes, skip};
+}
+
+std::span<const uint8_t> SliceRows::source(const GgufTensor& t, uint64_t begin, uint64_t end) const {
+  return t.data.subspan((first_row + begin) * file_row_bytes, (end - begin) * file_row_bytes);
+}
+
+void SliceRows::copy(const GgufTensor& t, uint64_t begin, uint64_t end, uint8_t* dst) const {
+  if (row_bytes == file_row_bytes) {  // whole rows: one run
+    std::memcpy(dst, source(t, begin, end).data(), (end - begin) * row_bytes);
+    return;
+  }
+  for (uint64_t r = begin; r < end; ++r, dst += row_bytes) {
+    std::memcpy(dst, t.data.data() + (first_row + r) * file_row_bytes + skip, row_bytes);
+  }
 }
 
 }  // namespace npurt::models

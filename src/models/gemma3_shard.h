@@ -45,7 +45,21 @@ struct TensorSlice {
 
 // Bytes of `t`'s slice, in its stored type.
 uint64_t slice_bytes(const GgufTensor& t, const TensorSlice& s);
-// Copies `t`'s slice into `dst` (exactly slice_bytes(t, s) bytes).
-Status copy_slice(const GgufTensor& t, const TensorSlice& s, std::span<uint8_t> dst);
+
+// A slice as rows of the device's copy, so it can be copied a few rows at a time:
+// `rows` rows of `row_bytes`, row i from the file's row `first_row + i`, starting
+// `skip` bytes into it.
+struct SliceRows {
+  uint64_t rows = 0, row_bytes = 0;
+  uint64_t first_row = 0, file_row_bytes = 0, skip = 0;
+
+  // The file bytes rows [begin, end) are read from (whole rows of the file).
+  std::span<const uint8_t> source(const GgufTensor& t, uint64_t begin, uint64_t end) const;
+  // Copies rows [begin, end) to dst, (end - begin) * row_bytes bytes.
+  void copy(const GgufTensor& t, uint64_t begin, uint64_t end, uint8_t* dst) const;
+};
+// `t`'s slice as rows; an error names the tensor when the slice leaves it or cuts its
+// quantized blocks.
+StatusOr<SliceRows> slice_rows(const GgufTensor& t, const TensorSlice& s);
 
 }  // namespace npurt::models

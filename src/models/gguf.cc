@@ -461,6 +461,18 @@ StatusOr<GgufFile> GgufFile::open(const std::string& path) {
   return f;
 }
 
+void GgufFile::release_pages(std::span<const uint8_t> range) const {
+  if (map_addr_ == nullptr || range.empty()) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) & ~(page - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(range.data()) + range.size()) & ~(page - 1);
+  const auto map_begin = reinterpret_cast<uintptr_t>(map_addr_);
+  if (begin >= end || begin < map_begin || end > map_begin + map_len_) return;
+  // A read-only private mapping never written: the pages are the file's, so dropping
+  // them loses nothing. Only a hint; a failure changes nothing.
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 GgufFile::GgufFile(GgufFile&& o) noexcept { *this = std::move(o); }
 
 GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {

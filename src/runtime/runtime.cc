@@ -24,9 +24,9 @@ StatusOr<std::shared_ptr<Runtime>> Runtime::create(std::shared_ptr<hal::Device> 
   return rt;
 }
 
-StatusOr<std::shared_ptr<Runtime>> Runtime::create_sim(const hal::SimOptions& sim,
-                                                       RuntimeOptions options) {
-  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<hal::Device> device, hal::create_sim_device(sim));
+StatusOr<std::shared_ptr<Runtime>> Runtime::create(std::string_view driver, const hal::DeviceSpec& spec,
+                                                   RuntimeOptions options) {
+  NPURT_ASSIGN_OR_RETURN(std::shared_ptr<hal::Device> device, hal::create_device(driver, spec));
   return create(std::move(device), std::move(options));
 }
 

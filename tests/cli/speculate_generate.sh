@@ -37,7 +37,7 @@ for n in 1 2 8; do
   cmp -s "$tmp/short$n" "$tmp/short${n}p" || die "--max-tokens $n: default options changed the text: $(cat "$tmp/short$n")"
 done
 if run --speculate 3 --device host >"$tmp/host" 2>&1; then die "--speculate with the host oracle was accepted"; fi
-grep -q "one simulated NPU" "$tmp/host" || die "host refusal unclear: $(cat "$tmp/host")"
+grep -q "verifies drafts on one device" "$tmp/host" || die "host refusal unclear: $(cat "$tmp/host")"
 if run --speculate 16 >"$tmp/big" 2>&1; then die "--speculate 16 was accepted"; fi
 grep -q "speculate" "$tmp/big" || die "--speculate 16 refusal unclear: $(cat "$tmp/big")"
 echo "speculate_generate: ok"

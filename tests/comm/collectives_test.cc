@@ -19,10 +19,10 @@ namespace {
 
 using isa::DType;
 
-const hal::SimOptions kSim{.num_cores = 2, .global_memory_bytes = 96ull << 20, .host_threads = 1};
+const hal::DeviceSpec kSim{.cores = 2, .memory_bytes = 96ull << 20, .settings = {{"host_threads", "1"}}};
 
 std::shared_ptr<DeviceGroup> make_group(int n, CommOptions o = {}) {
-  auto g = DeviceGroup::create_sim(n, kSim, {}, o);
+  auto g = DeviceGroup::create("sim", n, kSim, {}, o);
   EXPECT_TRUE(g.ok()) << g.status().to_string();
   return g.ok() ? *g : nullptr;
 }

@@ -58,7 +58,7 @@ Rank& rank() {
 
 void open_rank() {
   Rank& r = rank();
-  r.runtime = must(Runtime::create_sim({.num_cores = 2, .global_memory_bytes = 256ull << 20}));
+  r.runtime = must(Runtime::create("sim", {.cores = 2, .memory_bytes = 256ull << 20}));
   // Shorter than the CTest timeout, so a rank that goes astray fails the others by name.
   r.comm = must(MpiCommunicator::create(r.runtime, {.timeout = std::chrono::milliseconds(20'000)}));
   r.stream = must(r.runtime->device().create_stream());

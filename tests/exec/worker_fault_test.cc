@@ -9,7 +9,7 @@
 
 #include "hal/sim_test_util.h"
 #include "npurt/exec/worker.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/runtime/runtime.h"
 
@@ -61,7 +61,7 @@ struct Rig {
     ASSERT_TRUE(g.ok()) << g.status().to_string();
     for (size_t i = 0; i < kN; ++i) ASSERT_EQ(g->as<float>()[i], hx[i] + hy[i]);
   }
-  void inject(FaultPlan p) { ASSERT_TRUE(hal::set_sim_faults(runtime->device(), std::move(p)).ok()); }
+  void inject(FaultPlan p) { ASSERT_TRUE(runtime->device().set_fault_plan(std::move(p)).ok()); }
 };
 
 FaultPlan hang_next_launch() { return FaultPlan{}.fail({.site = FaultSite::kKernelHang, .nth = 1, .block = 2}); }

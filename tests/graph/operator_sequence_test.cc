@@ -16,7 +16,7 @@
 
 #include "npurt/base/math.h"
 #include "npurt/exec/worker.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/ops/attention.h"
 #include "npurt/ops/elementwise.h"
@@ -56,7 +56,7 @@ class Rig {
     o.global_memory_bytes = 256ull << 20;
     o.sanitize = sanitize;
     o.host_threads = host_threads;
-    runtime = value_or_die(Runtime::create_sim(o, {.memory = mo}));
+    runtime = value_or_die(Runtime::create(value_or_die(hal::create_sim_device(o)), {.memory = mo}));
     dev = runtime->shared_device();
     memory = &runtime->memory();
     registry = runtime->shared_registry();

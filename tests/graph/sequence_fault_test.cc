@@ -7,7 +7,7 @@
 
 #include "hal/sim_test_util.h"
 #include "npurt/graph/operator_sequence.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/ops/elementwise.h"
 
 namespace npurt::graph {
@@ -51,7 +51,7 @@ TEST_P(SequenceFaults, AFailedCallIsNamedAndTheNextCallsAreRight) {
   ASSERT_TRUE(compiled.ok()) << compiled.status().to_string();
   CompiledSequence& c = **compiled;
 
-  ASSERT_TRUE(hal::set_sim_faults(rt->device(), FaultPlan{}.fail({.site = p.site, .nth = p.nth})).ok());
+  ASSERT_TRUE(rt->device().set_fault_plan(FaultPlan{}.fail({.site = p.site, .nth = p.nth})).ok());
   bool failed_once = false;
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
@@ -71,7 +71,7 @@ TEST_P(SequenceFaults, AFailedCallIsNamedAndTheNextCallsAreRight) {
     for (uint64_t i = 0; i < kN; ++i) ASSERT_EQ(out->as<float>()[i], (hx[i] + hw1[i]) + hw2[i]) << "element " << i;
   }
   EXPECT_TRUE(failed_once);
-  auto stats = hal::sim_fault_stats(rt->device());
+  auto stats = rt->device().fault_stats();
   EXPECT_EQ(stats->injected[static_cast<size_t>(p.site)], 1u);
 }
 

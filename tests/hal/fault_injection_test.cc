@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "hal/sim_test_util.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 
 namespace npurt::testing {
 namespace {
@@ -58,7 +58,7 @@ struct FaultRig {
   }
 };
 
-Status plan(hal::Device& dev, ScriptedFault f) { return hal::set_sim_faults(dev, FaultPlan{}.fail(f)); }
+Status plan(hal::Device& dev, ScriptedFault f) { return dev.set_fault_plan(FaultPlan{}.fail(f)); }
 
 class EachStreamSite : public ::testing::TestWithParam<FaultSite> {};
 
@@ -72,14 +72,14 @@ TEST_P(EachStreamSite, FailsTheStreamNamesTheFaultAndTheDeviceStaysUsable) {
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(contains(s, "injected fault #")) << s.to_string();
   EXPECT_EQ(s.code(), StatusCode::kDeviceFault) << s.to_string();
-  auto log = hal::take_sim_fault_log(*rig.dev);
+  auto log = rig.dev->take_fault_log();
   ASSERT_TRUE(log.ok());
   ASSERT_EQ(log->size(), 1u);
   EXPECT_EQ((*log)[0].site, GetParam());
   EXPECT_TRUE(contains(s, "#" + std::to_string((*log)[0].id))) << s.to_string();
   EXPECT_EQ(rig.dev->counters().faults_injected, 1u);
 
-  NPURT_ASSERT_OK(hal::set_sim_faults(*rig.dev, {}));
+  NPURT_ASSERT_OK(rig.dev->set_fault_plan({}));
   NPURT_ASSERT_OK(rig.add_once(&r));
   EXPECT_TRUE(rig.sum_is_right(r));
 }
@@ -111,7 +111,7 @@ TEST(FaultInjection, CallSitesReturnErrorsAndAFailedDestroyKeepsTheStream) {
       .fail({.site = FaultSite::kCreateStream, .nth = 1})
       .fail({.site = FaultSite::kDestroyStream, .nth = 1})
       .fail({.site = FaultSite::kRecordEvent, .nth = 1});
-  NPURT_ASSERT_OK(hal::set_sim_faults(*rig.dev, p));
+  NPURT_ASSERT_OK(rig.dev->set_fault_plan(p));
   auto a = rig.dev->allocate(4096);
   EXPECT_EQ(a.status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(contains(a.status(), "injected fault #"));
@@ -128,7 +128,7 @@ TEST(FaultInjection, CallSitesReturnErrorsAndAFailedDestroyKeepsTheStream) {
   NPURT_ASSERT_OK(rig.dev->stream_synchronize(*s));  // still alive and usable
   NPURT_ASSERT_OK(rig.dev->destroy_stream(*s));      // the retry works
   EXPECT_EQ(rig.dev->counters().streams_destroyed - before.streams_destroyed, 1u);
-  auto stats = hal::sim_fault_stats(*rig.dev);
+  auto stats = rig.dev->fault_stats();
   ASSERT_TRUE(stats.ok());
   for (FaultSite site : {FaultSite::kAllocate, FaultSite::kCreateStream, FaultSite::kDestroyStream,
                          FaultSite::kRecordEvent}) {
@@ -142,7 +142,7 @@ TEST(FaultInjection, CallSitesReturnErrorsAndAFailedDestroyKeepsTheStream) {
 TEST(FaultInjection, RatesAreSeededAndReproducible) {
   auto pattern = [](uint64_t seed) {
     FaultRig rig;
-    EXPECT_TRUE(hal::set_sim_faults(*rig.dev, FaultPlan{.seed = seed, .rate = {}, .script = {}}.with_rate(FaultSite::kCopyToDevice, 0.3)).ok());
+    EXPECT_TRUE(rig.dev->set_fault_plan(FaultPlan{.seed = seed, .rate = {}, .script = {}}.with_rate(FaultSite::kCopyToDevice, 0.3)).ok());
     std::string fails;
     std::vector<float> r;
     for (int i = 0; i < 40; ++i) fails += rig.add_once(&r).ok() ? '.' : 'x';
@@ -157,8 +157,8 @@ TEST(FaultInjection, RatesAreSeededAndReproducible) {
 
 TEST(FaultInjection, BadPlansAreRefusedByName) {
   auto dev = make_sim();
-  EXPECT_TRUE(contains(hal::set_sim_faults(*dev, FaultPlan{}.with_rate(FaultSite::kAllocate, 1.5)), "allocate"));
-  EXPECT_TRUE(contains(hal::set_sim_faults(*dev, FaultPlan{}.fail({.site = FaultSite::kKernel, .nth = 0})),
+  EXPECT_TRUE(contains(dev->set_fault_plan(FaultPlan{}.with_rate(FaultSite::kAllocate, 1.5)), "allocate"));
+  EXPECT_TRUE(contains(dev->set_fault_plan(FaultPlan{}.fail({.site = FaultSite::kKernel, .nth = 0})),
                        "nth 0"));
 }
 

@@ -12,7 +12,7 @@
 
 #include "npurt/base/math.h"
 #include "isa/elementwise_kernel.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 
 namespace npurt::testing {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "memory/memory_test_util.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 
 namespace npurt::testing {
 namespace {
@@ -16,9 +16,9 @@ constexpr uint64_t kN = kTile * 4;
 constexpr uint64_t kBytes = kN * sizeof(float);
 
 void inject(hal::Device& dev, FaultSite site, uint64_t nth = 1) {
-  ASSERT_TRUE(hal::set_sim_faults(dev, FaultPlan{}.fail({.site = site, .nth = nth})).ok());
+  ASSERT_TRUE(dev.set_fault_plan(FaultPlan{}.fail({.site = site, .nth = nth})).ok());
 }
-void stop_injecting(hal::Device& dev) { ASSERT_TRUE(hal::set_sim_faults(dev, {}).ok()); }
+void stop_injecting(hal::Device& dev) { ASSERT_TRUE(dev.set_fault_plan({}).ok()); }
 
 TEST(FaultRecovery, AFailedUploadLeavesItsBytesHostNewerAndTheNextSyncSendsThem) {
   MemoryRig rig;
@@ -116,7 +116,7 @@ TEST(FaultRecovery, AnUnrecordableLaunchIsStoppedAndCountsAsFailed) {
     FaultPlan p;
     p.fail({.site = FaultSite::kRecordEvent, .nth = 1});
     if (kernel_faults) p.fail({.site = FaultSite::kKernel, .nth = 1});
-    NPURT_ASSERT_OK(hal::set_sim_faults(*rig.device, p));
+    NPURT_ASSERT_OK(rig.device->set_fault_plan(p));
     Status s = rig.launch(MemoryRig::kCopy, {x.view(), out.view()});
     EXPECT_TRUE(contains(s, "recording its completion")) << s.to_string();
     stop_injecting(*rig.device);

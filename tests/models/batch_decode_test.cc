@@ -181,7 +181,7 @@ TEST(BatchDecode, RealModelSequencesGetTheirOwnBitsAndTheOraclesTokens) {
     prompts.push_back(*real.tokenizer.encode(text));
   }
   const Gemma3Options o{.max_context = 64, .prefill_chunk = 0, .verify_tokens = 0, .batch_sequences = 4};
-  const uint64_t gm = gemma3_sim_options(real.file, 8, o)->global_memory_bytes;
+  const uint64_t gm = gemma3_device_spec(real.file, 8, o)->memory_bytes;
   Decoded together;
   expect_batch_invariant_and_exact(real.file, o, gm, prompts, 8, kRunsAgree, &together);
   ASSERT_GT(together.fed[0].size(), prompts[0].size());

@@ -17,7 +17,7 @@ namespace {
 // `chunk` > 0: prompts go through the paged prefill chunk of that many rows.
 std::shared_ptr<Gemma3Model> load_batched(const GgufFile& file, uint32_t sequences, uint32_t blocks,
                                           std::shared_ptr<Runtime>& runtime, uint32_t chunk = 0) {
-  runtime = Runtime::create_sim({.global_memory_bytes = 256ull << 20}).value();
+  runtime = Runtime::create("sim", {.memory_bytes = 256ull << 20}).value();
   return std::shared_ptr<Gemma3Model>(Gemma3Model::load(file, *runtime,
                                                         {.max_context = 0, .prefill_chunk = chunk, .verify_tokens = 0,
                                                          .batch_sequences = sequences, .kv_blocks = blocks,
@@ -267,7 +267,7 @@ TEST(BatchEngine, CancelReleasesBlocksAndBadRequestsAreNamed) {
   named({.prompt = {1}, .sampling = {.top_p = 0.0f}}, "top_p");
   EXPECT_EQ(engine->state(999).status().code(), StatusCode::kNotFound);
 
-  std::shared_ptr<Runtime> plain_runtime = Runtime::create_sim({.global_memory_bytes = 256ull << 20}).value();
+  std::shared_ptr<Runtime> plain_runtime = Runtime::create("sim", {.memory_bytes = 256ull << 20}).value();
   std::shared_ptr<Gemma3Model> plain(Gemma3Model::load(p.file, *plain_runtime).value());
   EXPECT_EQ(BatchEngine::create(plain).status().code(), StatusCode::kFailedPrecondition);
 }

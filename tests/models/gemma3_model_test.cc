@@ -19,7 +19,7 @@
 #include "models/real_model.h"
 #include "models/synthetic_gemma3.h"
 #include "npurt/base/math.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/models/host_oracle.h"
 #include "npurt/models/tokenizer.h"
 

@@ -30,10 +30,10 @@ int world_rank() {
 std::unique_ptr<Gemma3Model> load_over_mpi(const GgufFile& file, const Gemma3Options& o) {
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  auto sim = gemma3_sim_options(file, 2, o, size);
+  auto sim = gemma3_device_spec(file, 2, o, size);
   EXPECT_TRUE(sim.ok());
-  sim->host_threads = 1;
-  auto runtime = Runtime::create_sim(*sim);
+  sim->settings["host_threads"] = "1";
+  auto runtime = Runtime::create("sim", *sim);
   EXPECT_TRUE(runtime.ok());
   auto c = comm::MpiCommunicator::create(*runtime);
   EXPECT_TRUE(c.ok()) << c.status().to_string();
@@ -52,7 +52,7 @@ TEST(Gemma3OverMpi, SyntheticMatchesOneDeviceFor32Tokens) {
   ASSERT_TRUE(file.ok());
   Gemma3Options o;
   o.prefill_chunk = 16;
-  auto one = Gemma3Model::load_sim(*file, 2, o);
+  auto one = Gemma3Model::load_on(*file, "sim", 2, o);
   ASSERT_TRUE(one.ok());
   auto many = load_over_mpi(*file, o);
   ASSERT_TRUE(many);
@@ -73,7 +73,7 @@ TEST(Gemma3OverMpi, RealFileMatchesOneDeviceFor32Tokens) {
   Gemma3Options o;
   o.max_context = 128;
   o.prefill_chunk = 32;
-  auto one = Gemma3Model::load_sim(real->file, 2, o);
+  auto one = Gemma3Model::load_on(real->file, "sim", 2, o);
   ASSERT_TRUE(one.ok());
   auto many = load_over_mpi(real->file, o);
   ASSERT_TRUE(many);

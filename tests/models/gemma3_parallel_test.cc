@@ -22,7 +22,7 @@ namespace {
 
 using isa::DType;
 
-const hal::SimOptions kSim{.num_cores = 2, .global_memory_bytes = 128ull << 20, .host_threads = 1};
+const hal::DeviceSpec kSim{.cores = 2, .memory_bytes = 128ull << 20, .settings = {{"host_threads", "1"}}};
 
 std::unique_ptr<Gemma3Model> load_parallel(const GgufFile& file, const std::shared_ptr<comm::DeviceGroup>& group,
                                            Gemma3Options o = {}) {
@@ -50,9 +50,9 @@ class ParallelGemma3 : public ::testing::TestWithParam<int> {};
 TEST_P(ParallelGemma3, SyntheticMatchesOneDeviceFor32Tokens) {
   const int n = GetParam();
   Parsed p = parse(synthetic_gemma3(parallel_model()));
-  auto one = Gemma3Model::load_sim(p.file, 2);
+  auto one = Gemma3Model::load_on(p.file, "sim", 2);
   ASSERT_TRUE(one.ok()) << one.status().to_string();
-  auto group = comm::DeviceGroup::create_sim(n, kSim);
+  auto group = comm::DeviceGroup::create("sim", n, kSim);
   ASSERT_TRUE(group.ok()) << group.status().to_string();
   auto many = load_parallel(p.file, *group);
   ASSERT_TRUE(many);
@@ -74,10 +74,10 @@ INSTANTIATE_TEST_SUITE_P(Devices, ParallelGemma3, ::testing::Values(2, 4),
 // device's (norms and the replicated key/value head excepted).
 TEST(ParallelGemma3Memory, EachDeviceHoldsItsShards) {
   Parsed p = parse(synthetic_gemma3(parallel_model()));
-  auto one = Gemma3Model::load_sim(p.file, 2);
+  auto one = Gemma3Model::load_on(p.file, "sim", 2);
   ASSERT_TRUE(one.ok());
   for (int n : {2, 4}) {
-    auto group = comm::DeviceGroup::create_sim(n, kSim);
+    auto group = comm::DeviceGroup::create("sim", n, kSim);
     ASSERT_TRUE(group.ok());
     auto many = load_parallel(p.file, *group);
     ASSERT_TRUE(many);
@@ -93,16 +93,16 @@ TEST(ParallelGemma3Memory, AModelTooBigForOneDeviceFitsOnFour) {
   o.max_context = 128;
   o.prefill_chunk = 16;
   // Enough for a quarter of the model, and less than the whole.
-  hal::SimOptions small = kSim;
-  small.global_memory_bytes = 2u << 20;
-  auto alone = Runtime::create_sim(small);
+  hal::DeviceSpec small = kSim;
+  small.memory_bytes = 2u << 20;
+  auto alone = Runtime::create("sim", small);
   ASSERT_TRUE(alone.ok());
   auto failed = Gemma3Model::load(p.file, **alone, o);
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(failed.status().message().find("MiB of device memory"), std::string::npos) << failed.status().to_string();
   EXPECT_NE(failed.status().message().find("the device has 2 MiB"), std::string::npos) << failed.status().to_string();
-  auto group = comm::DeviceGroup::create_sim(4, small, {}, {.chunk_bytes = 16 << 10});
+  auto group = comm::DeviceGroup::create("sim", 4, small, {}, {.chunk_bytes = 16 << 10});
   ASSERT_TRUE(group.ok()) << group.status().to_string();
   auto many = load_parallel(p.file, *group, o);
   ASSERT_TRUE(many);
@@ -115,7 +115,7 @@ TEST(ParallelGemma3Errors, AModelThatDoesNotSplitIsRefusedByName) {
   m.heads = 2;
   m.head_dim = 128;
   Parsed p = parse(synthetic_gemma3(m));
-  auto group = comm::DeviceGroup::create_sim(4, kSim);
+  auto group = comm::DeviceGroup::create("sim", 4, kSim);
   ASSERT_TRUE(group.ok());
   std::vector<std::shared_ptr<comm::Communicator>> ranks;
   for (int r = 0; r < 4; ++r) ranks.push_back((*group)->communicator(r));
@@ -133,14 +133,14 @@ TEST(ParallelGemma3Real, MatchesOneDeviceOnTheRealFile) {
   Gemma3Options o;
   o.max_context = 256;
   o.prefill_chunk = 64;
-  auto one = Gemma3Model::load_sim(real->file, 2, o);
+  auto one = Gemma3Model::load_on(real->file, "sim", 2, o);
   ASSERT_TRUE(one.ok()) << one.status().to_string();
   const char* texts[] = {"The capital of France is", "def fibonacci(n):", "Once upon a time"};
   for (int n : {2, 4}) {
-    auto sim = gemma3_sim_options(real->file, 2, o, n);
+    auto sim = gemma3_device_spec(real->file, 2, o, n);
     ASSERT_TRUE(sim.ok());
-    sim->host_threads = 1;
-    auto group = comm::DeviceGroup::create_sim(n, *sim);
+    sim->settings["host_threads"] = "1";
+    auto group = comm::DeviceGroup::create("sim", n, *sim);
     ASSERT_TRUE(group.ok()) << group.status().to_string();
     auto many = load_parallel(real->file, *group, o);
     ASSERT_TRUE(many);

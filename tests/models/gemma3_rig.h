@@ -66,7 +66,7 @@ inline std::vector<int32_t> random_prompt(size_t n, uint32_t seed) {
 
 struct Rig {
   explicit Rig(uint64_t gm_bytes = 256ull << 20)
-      : runtime(Runtime::create_sim({.global_memory_bytes = gm_bytes}).value()), memory(&runtime->memory()) {}
+      : runtime(Runtime::create("sim", {.memory_bytes = gm_bytes}).value()), memory(&runtime->memory()) {}
   Status load(const GgufFile& file, Gemma3Options o = {}) {
     StatusOr<std::unique_ptr<Gemma3Model>> m = Gemma3Model::load(file, *runtime, o);
     if (!m.ok()) return m.status();

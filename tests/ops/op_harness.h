@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "npurt/base/math.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/ops/operator.h"
 #include "ops/random_inputs.h"

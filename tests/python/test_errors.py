@@ -76,6 +76,18 @@ def test_device_options_are_checked(dev):
     assert "cores" in str(e.value)
 
 
+def test_devices_come_from_drivers_by_name(dev):
+    assert "sim" in npurt.drivers()
+    with pytest.raises(npurt.NotFoundError) as e:
+        npurt.Device(driver="tpu9")
+    assert "'tpu9'" in str(e.value) and "sim" in str(e.value)
+    with pytest.raises(npurt.InvalidArgumentError) as e:
+        npurt.Device(settings={"warp_size": 32})
+    assert "'warp_size'" in str(e.value) and "host_threads" in str(e.value)
+    with npurt.Device(driver="sim", cores=2, settings={"host_threads": 1}) as d:
+        assert d.info["num_cores"] == 2
+
+
 def test_missing_scalar_and_device_fault_leave_the_device_usable(dev, rng):
     vocab, dim = 50, 64
     emb = npurt.ops.Embedding(vocab=vocab, dim=dim, dtype="f32")

@@ -43,7 +43,7 @@ void fill(graph::CompiledSequence& seq, const std::string& name, float value) {
 }
 
 std::shared_ptr<Runtime> small_runtime() {
-  return must(Runtime::create_sim({.num_cores = 4, .global_memory_bytes = 64ull << 20}));
+  return must(Runtime::create("sim", {.cores = 4, .memory_bytes = 64ull << 20}));
 }
 
 bool contains(const Status& s, const std::string& text) {

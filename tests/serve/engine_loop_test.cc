@@ -19,7 +19,7 @@ using namespace std::chrono_literals;
 using models::EngineRequest;
 
 std::shared_ptr<models::Gemma3Model> load(const models::GgufFile& file, uint32_t sequences) {
-  std::shared_ptr<Runtime> runtime = Runtime::create_sim({.global_memory_bytes = 256ull << 20}).value();
+  std::shared_ptr<Runtime> runtime = Runtime::create("sim", {.memory_bytes = 256ull << 20}).value();
   return std::shared_ptr<models::Gemma3Model>(
       models::Gemma3Model::load(file, *runtime,
                                 {.max_context = 0, .prefill_chunk = 4, .verify_tokens = 0, .batch_sequences = sequences,

@@ -1,6 +1,6 @@
 // Communicator: one rank of a group of devices, with stream-ordered collectives.
 //
-//   auto group = comm::DeviceGroup::create_sim(2, sim_options);     // in one process
+//   auto group = comm::DeviceGroup::create("sim", 2, spec);          // in one process
 //   std::shared_ptr<comm::Communicator> c0 = (*group)->communicator(0);
 //   c0->all_reduce(stream0, view0, isa::DType::kF32);             // enqueued, returns
 //   c1->all_reduce(stream1, view1, isa::DType::kF32);             // the peers' half

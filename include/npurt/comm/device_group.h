@@ -1,7 +1,7 @@
 // DeviceGroup: several devices driven by one process, with an in-process communicator
 // per device.
 //
-//   auto group = comm::DeviceGroup::create_sim(4, {.num_cores = 2});
+//   auto group = comm::DeviceGroup::create("sim", 4, {.cores = 2});
 //   for (int r = 0; r < 4; ++r) (*group)->runtime(r).memory()...;
 //   (*group)->communicator(r)->all_reduce(stream_r, view_r, isa::DType::kF32);
 //
@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "npurt/comm/communicator.h"
-#include "npurt/hal/sim_device.h"
 #include "npurt/runtime/runtime.h"
 
 namespace npurt::comm {
@@ -34,9 +33,11 @@ class DeviceGroup {
   // other: hal::Device::can_access_peer).
   static StatusOr<std::shared_ptr<DeviceGroup>> create(std::vector<std::shared_ptr<Runtime>> runtimes,
                                                        CommOptions options = {});
-  // `devices` simulated NPUs made with `sim`, each in a runtime of its own.
-  static StatusOr<std::shared_ptr<DeviceGroup>> create_sim(int devices, const hal::SimOptions& sim = {},
-                                                           RuntimeOptions runtime = {}, CommOptions options = {});
+  // `devices` devices the driver named `driver` makes for `spec` (hal/driver.h), each
+  // in a runtime of its own.
+  static StatusOr<std::shared_ptr<DeviceGroup>> create(std::string_view driver, int devices,
+                                                       const hal::DeviceSpec& spec = {}, RuntimeOptions runtime = {},
+                                                       CommOptions options = {});
 
   int size() const;
   Runtime& runtime(int rank) const;

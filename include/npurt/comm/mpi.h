@@ -3,7 +3,7 @@
 //
 //   int main(int argc, char** argv) {
 //     auto mpi = comm::mpi_init(argc, argv);                  // MPI_Finalize at scope exit
-//     auto runtime = Runtime::create_sim();
+//     auto runtime = Runtime::create("sim");
 //     auto c = comm::MpiCommunicator::create(*runtime);        // rank = MPI rank
 //     c->all_reduce(stream, view, isa::DType::kF32);           // enqueued, returns
 //   }

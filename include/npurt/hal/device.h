@@ -36,6 +36,7 @@
 
 #include "npurt/base/status.h"
 #include "npurt/hal/counters.h"
+#include "npurt/hal/faults.h"
 #include "npurt/isa/image.h"
 
 namespace npurt::hal {
@@ -72,6 +73,7 @@ struct DeviceInfo {
   uint32_t icache_line_bytes = 0;
   uint32_t icache_sets = 0;
   uint32_t icache_ways = 0;
+  std::string details = {};  // anything else the driver tells (the simulator: its tile kernels' target)
 };
 
 class Device {
@@ -158,6 +160,15 @@ class Device {
   // events and the code in memory survive; the bytes aborted work was writing are
   // undefined.
   virtual Status reset() = 0;
+
+  // ---- fault injection (faults.h), where the driver offers it ----
+  // Replaces the device's plan (an empty FaultPlan turns injection off) and restarts
+  // the per-site operation counts. kInvalidArgument when a rate is outside [0, 1] or a
+  // scripted fault has nth 0; kUnimplemented, naming the device, where it cannot.
+  virtual Status set_fault_plan(FaultPlan plan);
+  virtual StatusOr<FaultStats> fault_stats() const;
+  // The faults injected since the last call, oldest first.
+  virtual StatusOr<std::vector<InjectedFault>> take_fault_log();
 
   // ---- observation ----
   virtual Counters counters() const = 0;

@@ -26,7 +26,8 @@
 //
 // Raw pointers: host_data() / View::data() point into the mirror. Reading through
 // them sees the newest bytes only where the host holds them (use a read guard, or
-// to_host(), to fetch device-newer bytes first). Writing through them is seen by the
+// to_host(), to fetch device-newer bytes first); pages given back with
+// MemoryContext::drop_host_copy() read as zeros until fetched. Writing through them is seen by the
 // context only in tracked mode (BufferOptions::track_writes), or when declared with
 // MemoryContext::mark_host_written().
 //

@@ -151,6 +151,7 @@ struct MemoryStats {
   uint64_t pending_frees = 0;            // postponed frees not yet done
   uint64_t tracked_pages_collected = 0;  // dirty pages recorded as host writes
   uint64_t tracked_conflict_pages = 0;   // dirty pages that held device-newer bytes
+  uint64_t host_bytes_dropped = 0;       // mirror bytes released by drop_host_copy
   friend bool operator==(const MemoryStats&, const MemoryStats&) = default;
 };
 
@@ -183,6 +184,16 @@ class MemoryContext {
   // Uploads the view's host-newer bytes / downloads its device-newer bytes.
   Status to_device(const View& view);
   Status to_host(const View& view);
+  // Gives the host's copy of `view` back to the system, for bytes the host will not
+  // read or write again (weights, caches): the device keeps the only copy. Host-newer
+  // bytes are uploaded first and uploads still in flight are waited for (one that
+  // failed is sent again), so nothing is lost; then the mirror pages that lie wholly
+  // inside the view (the last one too when the view reaches the buffer's end) are
+  // released and their bytes become device-newer. A later read or write guard,
+  // to_host() or download fetches them again, never a stale byte; raw pointers see
+  // zeros there until then (see buffer.h, "Raw pointers"); in tracked mode a raw write
+  // to them is caught and loses to the device's bytes, as for any device-newer byte.
+  Status drop_host_copy(const View& view);
 
   // ---- device access (asynchronous) ----
   // Enqueues on `stream`: waits for conflicting earlier work, the upload of the

@@ -3,7 +3,7 @@
 // scalar, so one compiled sequence serves every token.
 //
 //   StatusOr<models::GgufFile> file = models::GgufFile::open(path);
-//   auto runtime = Runtime::create_sim(*models::gemma3_sim_options(*file));
+//   auto runtime = Runtime::create("sim", *models::gemma3_device_spec(*file));
 //   auto model = models::Gemma3Model::load(*file, **runtime);
 //   StatusOr<int32_t> next = (*model)->step(token);  // greedy successor of `token`
 //
@@ -30,7 +30,7 @@
 #include "npurt/comm/communicator.h"
 #include "npurt/exec/code_registry.h"
 #include "npurt/graph/operator_sequence.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/driver.h"
 #include "npurt/isa/isa.h"
 #include "npurt/memory/memory_context.h"
 #include "npurt/runtime/runtime.h"
@@ -112,11 +112,11 @@ class Gemma3Model final : public TokenModel {
   static StatusOr<std::unique_ptr<Gemma3Model>> load(const GgufFile& file, Runtime& runtime,
                                                      const Gemma3Options& options = {},
                                                      const Progress& progress = {});
-  // The same on a simulated NPU of its own with `cores` cores (gemma3_sim_options):
-  // what a program that only wants to decode needs.
-  static StatusOr<std::unique_ptr<Gemma3Model>> load_sim(const GgufFile& file, uint32_t cores = 8,
-                                                         const Gemma3Options& options = {},
-                                                         const Progress& progress = {});
+  // The same on a device of its own, made by the driver named `driver` with `cores`
+  // cores (gemma3_device_spec): what a program that only wants to decode needs.
+  static StatusOr<std::unique_ptr<Gemma3Model>> load_on(const GgufFile& file, std::string_view driver,
+                                                        uint32_t cores = 8, const Gemma3Options& options = {},
+                                                        const Progress& progress = {});
   // Tensor parallel: the model cut over the devices of a group (models/gemma3_shard.h
   // says who holds what), each device holding only its shards. `ranks` are the ranks
   // this process drives: every rank of an in-process comm::DeviceGroup, or its one
@@ -257,12 +257,11 @@ class Gemma3Model final : public TokenModel {
   int32_t position_ = 0;
 };
 
-// A simulated NPU for `file` with `cores` cores, its global memory sized for the
+// What a device needs to hold `file`'s model: `cores` cores and global memory for the
 // weights, the KV cache of the options' context and room for activations and code
-// (pages are reserved lazily, so the margin costs nothing): Runtime::create_sim's
-// options for a program that only wants to decode.
-// With `devices`, the options of each of that many simulated NPUs holding a shard.
-StatusOr<hal::SimOptions> gemma3_sim_options(const GgufFile& file, uint32_t cores = 8,
+// (Runtime::create's spec for a program that only wants to decode). With `devices`,
+// what each of that many devices holding a shard needs.
+StatusOr<hal::DeviceSpec> gemma3_device_spec(const GgufFile& file, uint32_t cores = 8,
                                              const Gemma3Options& options = {}, int devices = 1);
 
 }  // namespace npurt::models

@@ -117,6 +117,11 @@ class GgufFile {
   const GgufTensor* tensor(std::string_view name) const;
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
 
+  // The mapped pages wholly inside `range` (a part of bytes()) leave the process's
+  // resident memory; touched again, they are read from the file again. For bytes
+  // copied elsewhere (weights on a device). Nothing to do for a parse()d file.
+  void release_pages(std::span<const uint8_t> range) const;
+
  private:
   GgufFile() = default;
   void unmap();

@@ -1,6 +1,6 @@
 // Runtime: one device and everything npurt keeps on it, with one owner.
 //
-//   StatusOr<std::shared_ptr<Runtime>> rt = Runtime::create_sim({.num_cores = 8});
+//   StatusOr<std::shared_ptr<Runtime>> rt = Runtime::create("sim", {.cores = 8});
 //   StatusOr<Buffer> x = (*rt)->memory().create_buffer(4096);
 //   auto seq = graph::OperatorSequence(...).compile(**rt);      // keeps *rt alive
 //   auto worker = (*rt)->make_worker();
@@ -33,7 +33,7 @@
 #include "npurt/exec/stream_pool.h"
 #include "npurt/exec/worker.h"
 #include "npurt/hal/device.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/driver.h"
 #include "npurt/memory/memory_context.h"
 
 namespace npurt {
@@ -47,9 +47,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
  public:
   static StatusOr<std::shared_ptr<Runtime>> create(std::shared_ptr<hal::Device> device,
                                                    RuntimeOptions options = {});
-  // A runtime on a simulated NPU of its own (hal/sim_device.h).
-  static StatusOr<std::shared_ptr<Runtime>> create_sim(const hal::SimOptions& sim = {},
-                                                       RuntimeOptions options = {});
+  // A runtime on a device of its own, made by the driver named `driver` (hal/driver.h;
+  // "sim": the simulated NPU) for `spec`.
+  static StatusOr<std::shared_ptr<Runtime>> create(std::string_view driver, const hal::DeviceSpec& spec = {},
+                                                   RuntimeOptions options = {});
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

@@ -4,20 +4,6 @@
 
 namespace npurt::hal {
 
-std::string_view fault_site_name(FaultSite site) {
-  switch (site) {
-    case FaultSite::kCopyToDevice: return "copy to device";
-    case FaultSite::kCopyToHost: return "copy to host";
-    case FaultSite::kKernel: return "kernel fault";
-    case FaultSite::kKernelHang: return "kernel hang";
-    case FaultSite::kCreateStream: return "create stream";
-    case FaultSite::kDestroyStream: return "destroy stream";
-    case FaultSite::kRecordEvent: return "record event";
-    case FaultSite::kAllocate: return "allocate";
-  }
-  return "unknown fault site";
-}
-
 }  // namespace npurt::hal
 
 namespace npurt::sim {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "npurt/base/status.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/faults.h"
 
 namespace npurt::sim {
 

@@ -16,10 +16,11 @@
 #include "hal/sim/core.h"
 #include "hal/sim/core_claims.h"
 #include "hal/sim/fault_injector.h"
+#include "hal/sim/tile_kernels.h"
 #include "hal/sim/host_pool.h"
 #include "npurt/base/math.h"
 #include "npurt/base/trace.h"
-#include "npurt/hal/sim_device.h"
+#include "npurt/hal/sim/sim_device.h"
 
 namespace npurt::hal {
 namespace {
@@ -96,8 +97,9 @@ class SimDevice final : public Device {
     gm_.base_addr = kGmBase;
     gm_.size = o.global_memory_bytes;
     gm_.shadow = shadow;
-    info_ = DeviceInfo{"npurt-sim", o.num_cores, o.global_memory_bytes, o.local_memory_bytes,
-                       o.icache_line_bytes, o.icache_sets, o.icache_ways};
+    info_ = DeviceInfo{"npurt-sim",         o.num_cores,   o.global_memory_bytes,
+                       o.local_memory_bytes, o.icache_line_bytes, o.icache_sets,
+                       o.icache_ways,        std::string("tile kernels: ") + sim::tile_kernels_target()};
     for (uint32_t c = 0; c < o.num_cores; ++c) {
       cores_.push_back(std::make_unique<sim::Core>(c, o.local_memory_bytes, o.icache_sets, o.icache_ways,
                                                    o.icache_line_bytes));
@@ -392,7 +394,9 @@ class SimDevice final : public Device {
     return ok_status();
   }
 
-  sim::FaultInjector& faults() { return faults_; }
+  Status set_fault_plan(FaultPlan plan) override { return faults_.set_plan(std::move(plan)); }
+  StatusOr<FaultStats> fault_stats() const override { return faults_.stats(); }
+  StatusOr<std::vector<InjectedFault>> take_fault_log() override { return faults_.take_log(); }
 
  private:
   static uint32_t pool_workers(const SimOptions& o) {
@@ -875,28 +879,7 @@ Status validate(const SimOptions& o) {
   return ok_status();
 }
 
-StatusOr<SimDevice*> as_sim(const Device& device) {
-  auto* sim = dynamic_cast<SimDevice*>(const_cast<Device*>(&device));
-  if (sim == nullptr) return invalid_argument("fault injection needs a simulated NPU, not '" + device.info().name + "'");
-  return sim;
-}
-
 }  // namespace
-
-Status set_sim_faults(Device& device, FaultPlan plan) {
-  NPURT_ASSIGN_OR_RETURN(SimDevice * sim, as_sim(device));
-  return sim->faults().set_plan(std::move(plan));
-}
-
-StatusOr<FaultStats> sim_fault_stats(const Device& device) {
-  NPURT_ASSIGN_OR_RETURN(SimDevice * sim, as_sim(device));
-  return sim->faults().stats();
-}
-
-StatusOr<std::vector<InjectedFault>> take_sim_fault_log(Device& device) {
-  NPURT_ASSIGN_OR_RETURN(SimDevice * sim, as_sim(device));
-  return sim->faults().take_log();
-}
 
 StatusOr<std::shared_ptr<Device>> create_sim_device(const SimOptions& options) {
   NPURT_RETURN_IF_ERROR(validate(options).with_context("simulated device options"));
