@@ -88,7 +88,7 @@ APP_CC = """#include <cstdio>
 #include "npurt/runtime/runtime.h"
 
 int main() {
-  auto runtime = npurt::Runtime::create_sim({.num_cores = 2});
+  auto runtime = npurt::Runtime::create("sim", {.cores = 2});
   if (!runtime.ok()) {
     std::printf("%s\\n", runtime.status().to_string().c_str());
     return 1;
