@@ -19,7 +19,7 @@
 #include "common.h"
 #include "device_objects.h"
 #include "npurt/comm/device_group.h"
-#include "npurt/hal/handles.h"
+#include "npurt/exec/stream_pool.h"
 
 namespace npurt::python {
 namespace {
@@ -113,13 +113,15 @@ class PyDeviceGroup {
   Status create(int devices, const hal::DeviceSpec& spec) {
     NPURT_ASSIGN_OR_RETURN(group_, comm::DeviceGroup::create("sim", devices, spec));
     for (int r = 0; r < group_->size(); ++r) {
-      NPURT_ASSIGN_OR_RETURN(hal::Stream s, hal::Stream::create(group_->runtime(r).shared_device()));
-      streams_.push_back(std::move(s));
+      NPURT_ASSIGN_OR_RETURN(std::shared_ptr<exec::StreamPool> pool,
+                             group_->runtime(r).make_stream_pool("python group collectives"));
+      pools_.push_back(std::move(pool));
     }
     return ok_status();
   }
 
-  hal::StreamId stream(int rank) const { return streams_[rank].id(); }
+  // The stream of the collective run_locked() is running on rank `rank`.
+  hal::StreamId stream(int rank) const { return leases_[rank].stream; }
 
   // One view per rank, in rank order, each on that rank's device.
   std::vector<PyView> rank_views(nb::handle objs, const std::string& what) const {
@@ -189,6 +191,15 @@ class PyDeviceGroup {
     for (int r = 0; r < size(); ++r) {
       if (states_[r]->closed) return closed_error().with_context(what + " on rank " + std::to_string(r));
     }
+    leases_.clear();
+    for (int r = 0; r < size(); ++r) {
+      StatusOr<exec::SlotLease> lease = pools_[r]->acquire();
+      if (!lease.ok()) {
+        for (int e = 0; e < r; ++e) pools_[e]->finish(leases_[e]).ignore();
+        return lease.status().with_context(what + " on rank " + std::to_string(r));
+      }
+      leases_.push_back(*lease);
+    }
     Status first;
     int enqueued = 0;
     for (; enqueued < size(); ++enqueued) {
@@ -197,23 +208,19 @@ class PyDeviceGroup {
     }
     // Ranks already enqueued wait for this one: make them fail now, not at the timeout.
     if (!first.ok() && enqueued > 0) group_->communicator(enqueued)->abort(first);
-    for (int r = 0; r < enqueued; ++r) {
-      Status done = group_->runtime(r).device().stream_synchronize(stream(r));
-      if (!done.ok()) replace_stream(r);
-      if (first.ok()) first = done;
+    // A failed stream is replaced by its pool at the next acquire.
+    for (int r = 0; r < size(); ++r) {
+      Status done = pools_[r]->finish(leases_[r]);
+      if (r < enqueued && first.ok()) first = done;
     }
     return first;
   }
 
-  // A failed stream refuses later work: the rank gets a fresh one.
-  void replace_stream(int rank) {
-    auto fresh = hal::Stream::create(group_->runtime(rank).shared_device());
-    if (fresh.ok()) streams_[rank] = std::move(fresh).value();
-  }
-
   std::shared_ptr<comm::DeviceGroup> group_;
   std::vector<std::shared_ptr<DeviceState>> states_;  // one per rank; the group's Devices share them
-  std::vector<hal::Stream> streams_;                  // one per rank, for the collectives; guarded by mu_
+  // One pool per rank for the collectives, and the streams of the one running; guarded by mu_.
+  std::vector<std::shared_ptr<exec::StreamPool>> pools_;
+  std::vector<exec::SlotLease> leases_;
   std::mutex mu_;
 };
 

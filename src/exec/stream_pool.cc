@@ -53,8 +53,17 @@ StreamPool::StreamPool(std::string name, std::shared_ptr<hal::Device> device,
 StreamPool::~StreamPool() { close(); }
 
 void StreamPool::close() {
+  {
+    std::unique_lock lock(mu_);
+    if (closed_ || closing_) return;
+    closing_ = true;
+  }
+  {
+    // Uses in flight end first: their streams must outlive them.
+    std::unique_lock lock(leases_mu_);
+    leases_cv_.wait_for(lock, kCloseWait, [&] { return leases_out_ <= 0; });
+  }
   std::unique_lock lock(mu_);
-  if (closed_) return;
   closed_ = true;
   if (!slots_) return;  // make() failed before the slots existed
   final_stats_ = slots_->stats();
@@ -64,7 +73,7 @@ void StreamPool::close() {
 
 StatusOr<SlotLease> StreamPool::acquire(uint32_t slot, uint64_t image_id) {
   std::shared_lock lock(mu_);
-  if (closed_) return failed_precondition(name_ + ": its streams are closed");
+  if (closed_ || closing_) return failed_precondition(name_ + ": its streams are closed");
   // Without code there is nothing to go stale: the epoch stays 0.
   const uint64_t epoch = registry_ ? registry_->publication_epoch() : 0;
   StatusOr<SlotLease> lease = slots_->begin(slot, epoch, image_id);
@@ -75,20 +84,32 @@ StatusOr<SlotLease> StreamPool::acquire(uint32_t slot, uint64_t image_id) {
     lease = slots_->begin(slot, epoch, image_id);
     if (!lease.ok()) return lease.status().with_context(name_);
   }
-  if (!lease->fresh_stream || !prime_.valid()) return lease;
-  Status primed = device_->launch(lease->stream, {prime_.address(), device_->info().num_cores, {}});
-  if (!primed.ok()) {
-    slots_->retire(*lease, RunOutcome::kFailed).ignore();
-    return primed.with_context(name_ + ": priming a fresh stream");
+  if (lease->fresh_stream && prime_.valid()) {
+    Status primed = device_->launch(lease->stream, {prime_.address(), device_->info().num_cores, {}});
+    if (!primed.ok()) {
+      slots_->retire(*lease, RunOutcome::kFailed).ignore();
+      return primed.with_context(name_ + ": priming a fresh stream");
+    }
+    prime_launches_.fetch_add(1, std::memory_order_relaxed);
   }
-  prime_launches_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard count(leases_mu_);
+  ++leases_out_;
   return lease;
 }
 
 Status StreamPool::release(const SlotLease& lease, RunOutcome outcome) {
-  std::shared_lock lock(mu_);
-  if (closed_) return ok_status();  // close() destroyed the stream already
-  return slots_->retire(lease, outcome).with_context(name_);
+  Status s;
+  {
+    std::shared_lock lock(mu_);
+    // Once closed, close() destroyed the stream already.
+    if (!closed_) s = slots_->retire(lease, outcome).with_context(name_);
+  }
+  {
+    std::lock_guard count(leases_mu_);
+    --leases_out_;
+  }
+  leases_cv_.notify_all();
+  return s;
 }
 
 Status StreamPool::observe_complete(const SlotLease& lease) {

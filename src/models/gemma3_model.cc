@@ -150,6 +150,11 @@ Status Gemma3Model::load_part(const GgufFile& file, const Gemma3Config& config, 
     NPURT_ASSIGN_OR_RETURN(part.prefill_next, part.prefill->get_buffer("next"));
     NPURT_ASSIGN_OR_RETURN(part.prefill_logits, part.prefill->get_buffer("logits"));
   }
+  if (size > 1) {
+    NPURT_ASSIGN_OR_RETURN(part.gathered, runtime.memory().create_buffer(uint64_t(config.vocab) * sizeof(float),
+                                                                         {.name = "gemma3.gathered_logits"}));
+    NPURT_ASSIGN_OR_RETURN(part.gather_streams, runtime.make_stream_pool("gemma3 logits gather"));
+  }
   if (options.verify_tokens > 0 && size == 1) {
     NPURT_ASSIGN_OR_RETURN(ShardedStep v, batched_step(file, config, options, shard, part.comm, Batched::kVerify));
     NPURT_ASSIGN_OR_RETURN_CTX(part.verify, v.sequence.compile(runtime, co), sizes + ", compiling the verify step");
@@ -502,25 +507,23 @@ StatusOr<std::vector<float>> Gemma3Model::logits() const {
     return out;
   }
   // Every device's vocabulary rows, gathered on each device by the communicator.
-  std::vector<Buffer> gathered;
-  std::vector<hal::Stream> streams;
+  std::vector<std::pair<exec::StreamPool*, exec::SlotLease>> leases;
   Status s;
   for (const Part& p : parts_) {
-    auto b = p.runtime->memory().create_buffer(out.size() * sizeof(float));
-    auto st = hal::Stream::create(p.runtime->shared_device());
-    if (!b.ok() || !st.ok()) {
-      s = !b.ok() ? b.status() : st.status();
+    auto lease = p.gather_streams->acquire();
+    if (!lease.ok()) {
+      s = lease.status();
       break;
     }
-    s = p.comm->all_gather(st->id(), p.*which, b->view());
-    gathered.push_back(std::move(b).value());
-    streams.push_back(std::move(st).value());
+    leases.push_back({p.gather_streams.get(), *lease});
+    s = p.comm->all_gather(lease->stream, p.*which, p.gathered.view());
     if (!s.ok()) break;
   }
-  if (!s.ok() && parts_.size() > 1) parts_[0].comm->abort(s);
-  for (hal::Stream& st : streams) st.device().stream_synchronize(st.id()).ignore();
+  if (!s.ok()) parts_[0].comm->abort(s);
+  // A stream that failed is replaced at its next acquire.
+  for (const auto& [pool, lease] : leases) pool->finish(lease).ignore();
   NPURT_RETURN_IF_ERROR(s.with_context("gemma3: gathering the logits"));
-  NPURT_ASSIGN_OR_RETURN(ReadGuard g, parts_[0].runtime->memory().read(gathered[0].view()));
+  NPURT_ASSIGN_OR_RETURN(ReadGuard g, parts_[0].runtime->memory().read(parts_[0].gathered.view()));
   std::memcpy(out.data(), g.bytes().data(), out.size() * sizeof(float));
   return out;
 }

@@ -26,8 +26,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 
@@ -71,8 +74,12 @@ class StreamPool {
   // clean, kFailed otherwise. Returns the stream's status.
   Status finish(const SlotLease& lease);
 
-  // Destroys every stream; later acquires fail. Idempotent.
+  // Refuses later acquires, waits for the leases out to be released (uses in flight
+  // finish on their streams; at most kCloseWait, after which their streams go anyway
+  // and those uses fail on them), then destroys every stream. Idempotent; safe while
+  // other threads acquire and release.
   void close();
+  static constexpr std::chrono::seconds kCloseWait{10};
 
   const std::string& name() const { return name_; }
   hal::Device& device() const { return *device_; }
@@ -94,6 +101,11 @@ class StreamPool {
   CodeHandle prime_;  // held while the pool lives
   mutable std::shared_mutex mu_;  // shared: a use of the slots; exclusive: close()
   bool closed_ = false;   // guarded by mu_
+  bool closing_ = false;  // guarded by mu_: close() waits for the leases out
+  // Leases acquired and not yet released, so close() can wait for them.
+  std::mutex leases_mu_;
+  std::condition_variable leases_cv_;
+  int64_t leases_out_ = 0;  // guarded by leases_mu_
   StreamSlotStats final_stats_;  // guarded by mu_: the counters when closed
   std::atomic<uint64_t> prime_launches_{0};
 };

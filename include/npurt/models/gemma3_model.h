@@ -218,6 +218,10 @@ class Gemma3Model final : public TokenModel {
     PagedInputs batch_in, paged_prefill_in;
     uint64_t weight_bytes = 0;
     int32_t q_heads = 0, kv_heads = 0;  // of its shard
+    // Tensor parallel: where logits() gathers every device's vocabulary rows, and the
+    // stream it does that on (from the runtime's pools, like every stream).
+    Buffer gathered;
+    std::shared_ptr<exec::StreamPool> gather_streams;
   };
   using Which = std::unique_ptr<graph::CompiledSequence> Part::*;
 

@@ -18,8 +18,11 @@
 // fails with kFailedPrecondition naming the object; nothing crashes. The destructor
 // closes too.
 //
-// Threading: every method is thread-safe; close() must not race with a call that
-// uses the objects it releases (the Python package serializes them with a lock).
+// Threading: every method is thread-safe, close() included: it may run while other
+// threads call sequences, workers, the memory context and the registry. Each such call
+// finishes first (a stream pool waits for the uses in flight before it destroys their
+// streams) or fails by name; tests/runtime/runtime_test.cc,
+// "CloseMayRaceWithCallsOnEveryObject".
 #pragma once
 
 #include <memory>
