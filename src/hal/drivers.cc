@@ -24,13 +24,11 @@ Registry& registry() {
   return *r;
 }
 
-std::string names_locked(const Registry& r) {
+std::vector<std::string> sorted_names_locked(const Registry& r) {
   std::vector<std::string> names;
   for (const auto& d : r.drivers) names.emplace_back(d->name());
   std::sort(names.begin(), names.end());
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
+  return names;
 }
 
 }  // namespace
@@ -54,16 +52,15 @@ StatusOr<std::shared_ptr<const Driver>> find_driver(std::string_view name) {
   for (const auto& d : r.drivers) {
     if (d->name() == name) return d;
   }
-  return not_found("no device driver named '" + std::string(name) + "' (there are: " + names_locked(r) + ")");
+  std::string known;
+  for (const std::string& n : sorted_names_locked(r)) known += (known.empty() ? "" : ", ") + n;
+  return not_found("no device driver named '" + std::string(name) + "' (there are: " + known + ")");
 }
 
 std::vector<std::string> driver_names() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<std::string> names;
-  for (const auto& d : r.drivers) names.emplace_back(d->name());
-  std::sort(names.begin(), names.end());
-  return names;
+  return sorted_names_locked(r);
 }
 
 StatusOr<std::shared_ptr<Device>> create_device(std::string_view driver, const DeviceSpec& spec) {

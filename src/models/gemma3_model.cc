@@ -63,6 +63,8 @@ Status upload_tensor(const GgufFile& file, const GgufTensor& t, const TensorSlic
       file.release_pages(rows.source(t, r, end));
     }
   }
+  // The pages that straddle two pieces (and a norm's) were kept by the per-piece
+  // drops, which give back only pages wholly inside their piece.
   return memory.drop_host_copy(v);
 }
 
