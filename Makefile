@@ -6,7 +6,7 @@ TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 # libFuzzer targets, fuzz/fuzz_<name>.cc with seeds in fuzz/seeds/<name>/; each runs FUZZ_SECONDS.
-FUZZ_TARGETS = verifier gguf tokenizer sequence openai_request
+FUZZ_TARGETS = verifier assembler gguf tokenizer sequence openai_request
 MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
 # The compiler cache keys on paths relative to the checkout, so a fresh clone elsewhere
@@ -100,9 +100,13 @@ bench: build bench-ops bench-model
 	./$(BUILD)/bench/npurt_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 
 # Operator throughput and latency against OpenBLAS and a STREAM-style read: a table on
-# stdout and the same figures as JSON in $(BUILD)/ops_bench.json.
+# stdout and the same figures as JSON in $(BUILD)/ops_bench.json. Then kernels written
+# in Python (bench/kernels_bench.py): build cost per instruction, and a Python-built
+# kernel against the byte-identical library one ($(BUILD)/kernels_bench.json).
 bench-ops: build
 	./$(BUILD)/bench/npurt_ops_bench --benchmark_out=$(BUILD)/ops_bench.json --benchmark_out_format=json
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-build-isolation .
+	cd bench && ../.venv/bin/python kernels_bench.py --out ../$(BUILD)/kernels_bench.json
 
 # The MPI backend's all_reduce latency and bandwidth next to a plain MPI_Allreduce, on
 # 2 ranks (as root too; more ranks than cores allowed, none pinned). COMM_MCA passes

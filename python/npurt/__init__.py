@@ -45,8 +45,11 @@ from ._npurt import (
     Worker,
     drivers,
     page_size,
+    start_trace,
+    stop_trace,
     userfaultfd_supported,
 )
+from . import isa
 from . import ops
 from . import models
 
@@ -74,10 +77,13 @@ __all__ = [
     "UnimplementedError",
     "View",
     "Worker",
+    "isa",
     "models",
     "ops",
     "drivers",
     "page_size",
+    "start_trace",
+    "stop_trace",
     "userfaultfd_supported",
 ]
 

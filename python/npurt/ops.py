@@ -7,6 +7,7 @@ from __future__ import annotations
 from ._npurt import (
     Argmax,
     Copy,
+    Custom,
     DecodeAttention,
     Elementwise,
     Embedding,
@@ -23,6 +24,7 @@ from ._npurt import (
 __all__ = [
     "Argmax",
     "Copy",
+    "Custom",
     "DecodeAttention",
     "Elementwise",
     "Embedding",

@@ -62,10 +62,14 @@ inline std::string py_str(nb::handle obj) {
 
 // ---- device state -----------------------------------------------------------------
 
+struct LaunchCache;  // custom.cc
+
 struct DeviceState {
   std::shared_mutex mu;  // shared: any use; exclusive: close()
   bool closed = false;   // guarded by mu
   std::shared_ptr<Runtime> runtime;
+  // Device.launch's compiled runs, so repeating one reuses its code and stream.
+  std::shared_ptr<LaunchCache> launches;
 
   MemoryContext& memory() const { return runtime->memory(); }
   // Closes the runtime. Must be called with the GIL released. Idempotent.
@@ -134,7 +138,9 @@ nb::tuple shape_tuple(const std::vector<size_t>& shape);
 // ---- bindings -----------------------------------------------------------------------
 
 void bind_device(nb::module_& m);
+void bind_isa(nb::module_& m);
 void bind_ops(nb::module_& m);
+void bind_custom(nb::module_& m);
 void bind_sequence(nb::module_& m);
 void bind_models(nb::module_& m);
 void bind_group(nb::module_& m);

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "common.h"
+#include "npurt/base/trace.h"
 #include "device_objects.h"
+#include "isa_objects.h"
 #include "npurt/hal/driver.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/memory/write_tracker.h"
@@ -28,6 +30,7 @@ void DeviceState::close() {
   if (closed) return;
   closed = true;
   if (runtime) runtime->close();  // workers drain, streams go, buffers are freed
+  launches.reset();
 }
 
 DeviceState::~DeviceState() {
@@ -351,6 +354,13 @@ constexpr uint32_t kSimLocalMemoryBytes = 256u << 10;
 }  // namespace
 
 void bind_device(nb::module_& m) {
+  m.def(
+      "start_trace", [](const std::string& path) { check(trace::start(path)); }, nb::arg("path"),
+      "Starts recording a Chrome trace (Perfetto opens it) of every device command, "
+      "publication and run to `path`; stop_trace() (or process exit) writes it.");
+  m.def(
+      "stop_trace", [] { check(trace::stop()); },
+      "Stops recording and writes the trace file start_trace() named.");
   m.def("drivers", [] { return hal::driver_names(); },
         "The names of the device drivers there are (Device(driver=...)); 'sim' is the simulated NPU.");
   nb::module_::import_("atexit").attr("register")(nb::cpp_function(&close_all_devices));
@@ -493,6 +503,13 @@ void bind_device(nb::module_& m) {
           "assignment, ufuncs, other threads) reaches the device before the next use. "
           "`shape` is a count or a tuple; `dtype` a numpy dtype or an npurt name "
           "(default float32); `tracking` 'auto', 'uffd' or 'mprotect'.")
+      .def("launch", &device_launch, nb::arg("image"), nb::arg("grid"), nb::arg("args"),
+           nb::sig("def launch(self, image: Image, grid: int, /, **args: Buffer | View | int | float) -> None"),
+           "Runs `image` once over `grid` blocks and waits: buffer arguments by name as Buffers "
+           "or Views of this device (uploaded as needed; outputs read back on access), scalars "
+           "as ints or floats. The code is published (once per content) and run as an "
+           "OperatorSequence step would be; a fault raises DeviceFaultError naming the "
+           "instruction, and the device stays usable.")
       .def(
           "close", [](PyDevice& d) { without_gil([&] { d.state->close(); }); },
           "Waits for device work, releases every buffer, sequence and worker made from this "

@@ -53,4 +53,9 @@ struct PyBuffer {
   std::shared_ptr<BufferResource> resource;
 };
 
+struct PyImage;
+// Device.launch (custom.cc): one run of `image` over `grid` blocks, its arguments by
+// name (Buffers or Views, ints or floats).
+void device_launch(PyDevice& d, const PyImage& image, uint32_t grid, nb::kwargs kwargs);
+
 }  // namespace npurt::python

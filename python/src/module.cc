@@ -1,4 +1,5 @@
-// The npurt._npurt extension module: errors, device, buffers and views, operators,
+// The npurt._npurt extension module: errors, device, buffers and views, kernel
+// images and their builder, operators (custom ones too),
 // operator sequences, the worker, models and device groups. The package npurt
 // re-exports it.
 #include "common.h"
@@ -10,7 +11,9 @@ NB_MODULE(_npurt, m) {
   m.attr("__version__") = NPURT_VERSION_STRING;
   py::bind_errors(m);
   py::bind_device(m);
+  py::bind_isa(m);
   py::bind_ops(m);
+  py::bind_custom(m);
   py::bind_sequence(m);
   py::bind_models(m);
   py::bind_group(m);

@@ -22,6 +22,7 @@
 #include "npurt/ops/rmsnorm.h"
 #include "npurt/ops/rope.h"
 #include "npurt/ops/softmax.h"
+#include "isa_objects.h"
 #include "ops_objects.h"
 
 namespace npurt::python {
@@ -195,8 +196,8 @@ void bind_ops(nb::module_& m) {
           "args",
           [](const PyKernel& k) { return make_args(k.kernel.args); },
           "The arguments in kernel order.")
-      .def_prop_ro("image", [](const PyKernel& k) { return to_bytes(k.kernel.image.bytes()); },
-                   "The image's bytes (header, arguments, code, constants).")
+      .def_prop_ro("image", [](const PyKernel& k) { return PyImage{k.kernel.image}; },
+                   "The verified image (npurt.isa.Image: bytes, hash, disassemble(), save()).")
       .def_prop_ro("uses_barrier", [](const PyKernel& k) { return k.kernel.image.uses_barrier(); })
       .def("disassemble", [](const PyKernel& k) { return isa::disassemble(k.kernel.image); },
            "The image's disassembly, one instruction per line.")

@@ -1,14 +1,17 @@
-// The npurt command: `npurt generate`, `npurt demo`, `npurt soak`, `npurt disasm FILE`, `npurt info MODEL`.
+// The npurt command: `npurt generate`, `npurt demo`, `npurt soak`, `npurt disasm FILE`,
+// `npurt asm FILE -o IMAGE`, `npurt info MODEL`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <string>
 
 #include "cli/batch.h"
 #include "cli/generate.h"
 #include "cli/serve.h"
 #include "cli/soak.h"
+#include "npurt/isa/assembler.h"
 #include "npurt/isa/disasm.h"
 #include "npurt/isa/isa.h"
 #include "npurt/version.h"
@@ -75,6 +78,42 @@ int disasm_file(const std::string& path) {
   return 0;
 }
 
+// Errors read "npurt asm: FILE:LINE:COL: CODE: message", the form editors jump to;
+// the assembler's messages start with "line L, column C: ".
+std::string located(const std::string& path, const npurt::Status& s) {
+  const std::string& message = s.message();
+  const std::string code(npurt::status_code_name(s.code()));
+  int line = 0, column = 0, consumed = 0;
+  if (std::sscanf(message.c_str(), "line %d, column %d: %n", &line, &column, &consumed) == 2 && consumed > 0) {
+    return path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + code + ": " +
+           message.substr(static_cast<size_t>(consumed));
+  }
+  return path + ": " + code + ": " + message;
+}
+
+int asm_file(const std::string& path, const std::string& out_path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "npurt asm: cannot open %s\n", path.c_str());
+    return 1;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // No device is named, so its local-memory limit is not applied (as for disasm).
+  auto bytes = npurt::isa::assemble_bytes(text);
+  if (!bytes.ok()) {
+    std::fprintf(stderr, "npurt asm: %s\n", located(path, bytes.status()).c_str());
+    return 1;
+  }
+  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes->data()), static_cast<std::streamsize>(bytes->size()));
+  out.close();
+  if (!out) {
+    std::fprintf(stderr, "npurt asm: cannot write %s\n", out_path.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -123,6 +162,12 @@ int main(int argc, char** argv) {
   std::string file;
   auto* disasm = app.add_subcommand("disasm", "verify a kernel image file and print its disassembly");
   disasm->add_option("FILE", file, "image file")->required();
+
+  std::string asm_out;
+  auto* assemble = app.add_subcommand("asm", "assemble a listing (the text disasm prints, or written by hand) "
+                                             "into a verified kernel image file");
+  assemble->add_option("FILE", file, "assembly text file")->required();
+  assemble->add_option("-o,--output", asm_out, "image file to write")->required();
 
   npurt::cli::GenerateArgs gen;
   auto* generate = app.add_subcommand("generate", "text generation with Gemma-3 from a GGUF file, greedy or "
@@ -215,6 +260,7 @@ int main(int argc, char** argv) {
   if (demo->parsed()) return npurt::cli::run_demo(cores, sanitize, seed);
   if (soak_cmd->parsed()) return npurt::cli::run_soak_command(soak);
   if (disasm->parsed()) return disasm_file(file);
+  if (assemble->parsed()) return asm_file(file, asm_out);
   if (info->parsed()) return npurt::cli::run_info(model);
   return 1;
 }

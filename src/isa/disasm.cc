@@ -1,10 +1,13 @@
 #include "npurt/isa/disasm.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <limits>
 #include <string_view>
 #include <vector>
+
+#include "isa/mnemonics.h"
 
 namespace npurt::isa {
 namespace {
@@ -15,22 +18,6 @@ template <size_t N>
 std::string_view lookup(const std::array<std::string_view, N>& names, uint8_t index) {
   return index < N ? names[index] : std::string_view("?");
 }
-
-constexpr std::array<std::string_view, 4> kSpecialNames = {"block_id", "block_count", "arg_value",
-                                                           "arg_bytes"};
-constexpr std::array<std::string_view, 11> kAluNames = {"add", "sub", "mul", "div", "rem", "min",
-                                                        "max", "shl", "shr", "and", "or"};
-constexpr std::array<std::string_view, 6> kFaluNames = {"add", "sub", "mul", "div", "min", "max"};
-constexpr std::array<std::string_view, 6> kBinNames = {"add", "sub", "mul", "div", "max", "min"};
-constexpr std::array<std::string_view, 12> kUnNames = {"exp",  "rsqrt", "sqrt", "tanh", "gelu_tanh", "silu",
-                                                       "recip", "neg",  "abs",  "sin",  "cos",       "log"};
-constexpr std::array<std::string_view, 4> kRedNames = {"sum", "max", "sumsq", "argmax"};
-static_assert(kSpecialNames.size() == static_cast<size_t>(Special::kEnd));
-static_assert(kAluNames.size() == static_cast<size_t>(AluOp::kEnd));
-static_assert(kFaluNames.size() == static_cast<size_t>(FaluOp::kEnd));
-static_assert(kBinNames.size() == static_cast<size_t>(BinOp::kEnd));
-static_assert(kUnNames.size() == static_cast<size_t>(UnOp::kEnd));
-static_assert(kRedNames.size() == static_cast<size_t>(RedOp::kEnd));
 
 std::string reg(uint8_t r) { return "r" + std::to_string(r); }
 std::string tile(uint8_t t) { return "t" + std::to_string(t); }
@@ -77,7 +64,7 @@ std::string memory_text(std::string_view op, const Insn& i, std::string_view str
 }
 
 std::string special_text(const Insn& i) {
-  std::string s = "special " + reg(i.a) + ", " + std::string(lookup(kSpecialNames, i.sub));
+  std::string s = "special " + reg(i.a) + ", " + std::string(lookup(mnemonics::kSpecial, i.sub));
   const auto which = static_cast<Special>(i.sub);
   if (which == Special::kArgValue || which == Special::kArgBytes) s += " arg" + std::to_string(i.imm);
   return s;
@@ -111,12 +98,14 @@ std::string insn_text(const Insn& i) {
     case Opcode::kMov: return "mov " + reg(i.a) + ", " + reg(i.b);
     case Opcode::kSpecial: return special_text(i);
     case Opcode::kAlu:
-      return dotted("alu", lookup(kAluNames, i.sub)) + " " + reg(i.a) + ", " + reg(i.b) + ", " + reg(i.c);
+      return dotted("alu", lookup(mnemonics::kAlu, i.sub)) + " " + reg(i.a) + ", " + reg(i.b) + ", " +
+             reg(i.c);
     case Opcode::kAluI:
-      return dotted("alui", lookup(kAluNames, i.sub)) + " " + reg(i.a) + ", " + reg(i.b) + ", " +
+      return dotted("alui", lookup(mnemonics::kAlu, i.sub)) + " " + reg(i.a) + ", " + reg(i.b) + ", " +
              std::to_string(i.imm);
     case Opcode::kFalu:
-      return dotted("falu", lookup(kFaluNames, i.sub)) + " " + reg(i.a) + ", " + reg(i.b) + ", " + reg(i.c);
+      return dotted("falu", lookup(mnemonics::kFalu, i.sub)) + " " + reg(i.a) + ", " + reg(i.b) + ", " +
+             reg(i.c);
     case Opcode::kI2F: return "i2f " + reg(i.a) + ", " + reg(i.b);
     case Opcode::kF2I: return "f2i " + reg(i.a) + ", " + reg(i.b);
     case Opcode::kTdef: return tdef_text(i);
@@ -129,12 +118,15 @@ std::string insn_text(const Insn& i) {
     case Opcode::kTfill: return "tfill " + tile(i.a) + ", " + reg(i.b);
     case Opcode::kTcvt: return "tcvt " + tile(i.a) + ", " + tile(i.b);
     case Opcode::kTbin:
-      return dotted("tbin", lookup(kBinNames, i.sub)) + " " + tile(i.a) + ", " + tile(i.b) + ", " +
+      return dotted("tbin", lookup(mnemonics::kBin, i.sub)) + " " + tile(i.a) + ", " + tile(i.b) + ", " +
              tile(i.c) + bcast_suffix(i.flags);
-    case Opcode::kTun: return dotted("tun", lookup(kUnNames, i.sub)) + " " + tile(i.a) + ", " + tile(i.b);
+    case Opcode::kTun:
+      return dotted("tun", lookup(mnemonics::kUn, i.sub)) + " " + tile(i.a) + ", " + tile(i.b);
     case Opcode::kTsop:
-      return dotted("tsop", lookup(kBinNames, i.sub)) + " " + tile(i.a) + ", " + tile(i.b) + ", " + reg(i.c);
-    case Opcode::kTred: return dotted("tred", lookup(kRedNames, i.sub)) + " " + tile(i.a) + ", " + tile(i.b);
+      return dotted("tsop", lookup(mnemonics::kBin, i.sub)) + " " + tile(i.a) + ", " + tile(i.b) + ", " +
+             reg(i.c);
+    case Opcode::kTred:
+      return dotted("tred", lookup(mnemonics::kRed, i.sub)) + " " + tile(i.a) + ", " + tile(i.b);
     case Opcode::kTbcast:
       return "tbcast " + tile(i.a) + ", " + tile(i.b) + (i.flags == kBcastRow ? ", row" : ", col");
     case Opcode::kTmma: return tmma_text(i);
@@ -166,6 +158,23 @@ std::string args_text(const Image& image) {
   return s;
 }
 
+// "  const 0010: 00 11 ..": 16 bytes a line, the offset of its first byte in hex.
+std::string constants_text(std::span<const uint8_t> bytes) {
+  std::string s;
+  for (size_t offset = 0; offset < bytes.size(); offset += mnemonics::kConstBytesPerLine) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "  const %04zx:", offset);
+    s += buf;
+    const size_t end = std::min(bytes.size(), offset + mnemonics::kConstBytesPerLine);
+    for (size_t i = offset; i < end; ++i) {
+      std::snprintf(buf, sizeof(buf), " %02x", bytes[i]);
+      s += buf;
+    }
+    s += "\n";
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string disassemble(const Image& image) {
@@ -179,7 +188,7 @@ std::string disassemble(const Image& image) {
         "  " + index4(static_cast<int64_t>(pc)) + ": " + std::string(2 * depth, ' ') + insn_text(insn) + "\n";
     if (insn.op == static_cast<uint8_t>(Opcode::kLoop)) ++depth;
   }
-  return out;
+  return out + constants_text(image.constants());
 }
 
 StatusOr<std::string> disassemble_bytes(std::span<const uint8_t> bytes) {

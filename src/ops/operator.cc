@@ -54,8 +54,7 @@ Status Operator::reference(std::span<const HostArg> args) const {
                         " bytes, got " + std::to_string(args[i].bytes.size()));
     }
   }
-  compute_reference(args);
-  return ok_status();
+  return reference_checked(args);
 }
 
 std::vector<float> read_f32(const HostArg& arg, isa::DType dtype) { return isa::to_f32(arg.bytes, dtype); }

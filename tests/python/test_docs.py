@@ -66,9 +66,10 @@ def operator_tables(text: str) -> dict[str, list[tuple[str, str, str]]]:
         assert name, f"an operator heading is not ### `Name`: {block[:40]!r}"
         rows = []
         for line in block.splitlines():
-            m = re.match(r"\| `(\w+)` \| ([^|]+?), (required|`[^`]*`) \| [^|]+ \|$", line)
+            # A type may hold a union, its bar escaped for the table: `int \| tuple`.
+            m = re.match(r"\| `(\w+)` \| ((?:[^|\\]|\\\|)+?), (required|`[^`]*`) \| [^|]+ \|$", line)
             if m:
-                rows.append((m.group(1), m.group(2), m.group(3)))
+                rows.append((m.group(1), m.group(2).replace("\\|", "|"), m.group(3)))
             else:
                 assert not line.startswith("| `"), f"{name.group(1)}: a row not of the form " \
                                                    f"| `keyword` | type, default | meaning |: {line}"
@@ -105,6 +106,9 @@ def test_an_operators_documented_keywords_are_its_real_ones(name):
                 f"{name}({kw}): documented default {doc_default}, real {default!r}"
     # Constructed by the table's required keywords alone, by name.
     required = {kw: "add" if typ == "str" else 64 for kw, typ, d in documented if d == "required"}
+    if name == "Custom":  # its required keywords are a kernel's image, grid and sizes
+        kernel = npurt.ops.Elementwise(kind="add", n=64).compile()
+        required = {"image": kernel.image, "grid": kernel.grid, "sizes": {a.name: a.elements for a in kernel.args}}
     assert operator_classes()[name](**required).name
 
 

@@ -17,6 +17,19 @@
 // The header line ends with ", barrier" when the image uses BARRIER. Loop bodies are
 // indented two spaces per level. Names are printed with non-printable bytes escaped
 // as \xNN. Operand syntax per instruction is documented in docs/isa.md.
+//
+// When the image has constants, the listing ends with the constant section, 16 bytes
+// a line in hex, each line led by the offset of its first byte (hex, at least four
+// digits):
+//
+//   kernel "table": 1 args, 3 insns, local 64 B, constants 20 B
+//     ...
+//     const 0000: 00 00 80 3f 00 00 00 40 00 00 40 40 00 00 80 40
+//     const 0010: 00 00 a0 40
+//
+// The listing says everything an image holds; for an image laid out the way
+// KernelBuilder lays them out (every image npurt makes), assemble() (assembler.h)
+// turns it back into the same bytes.
 #pragma once
 
 #include <cstdint>

@@ -108,6 +108,13 @@ class Operator {
  protected:
   // Called by reference() with checked arguments.
   virtual void compute_reference(std::span<const HostArg> args) const = 0;
+  // What reference() runs after its checks: compute_reference(), for every operator
+  // whose reference cannot fail. One whose reference is supplied from outside (and
+  // may fail, or be absent) reports that here.
+  virtual Status reference_checked(std::span<const HostArg> args) const {
+    compute_reference(args);
+    return ok_status();
+  }
 };
 
 // Whether an operator may run with `out` bound to the bytes of `in` (see
