@@ -2,12 +2,14 @@
 // MPI_Allreduce of the same bytes on host memory. Run under mpirun (`make
 // bench-comm`, 2 ranks). Sizes: 2.5 KiB (640 f32, one hidden vector of a decode
 // step: latency) and 4 MiB (bandwidth). Per repetition the ranks meet at a barrier,
-// then each times one operation: npurt's is enqueue + stream_synchronize (staging
-// copies, MPI on the stream's thread, the copy back); the peer's is the blocking
-// call. The two alternate repetition by repetition so drift affects both alike.
-// Two floors of npurt's path come with them: the nonblocking MPI_Iallreduce it runs
-// (polled to completion on host memory) and the device round trip of its staging
-// copies without MPI. Figures are medians; each is the slowest rank's.
+// then each times one operation: npurt's is enqueue + stream_synchronize, on both
+// paths: device-direct (MPI on the device's bytes, the default here) and staged
+// (copies to host memory and back around MPI, the path of devices whose memory the
+// host cannot address); the peer's is the blocking call. They alternate repetition by
+// repetition so drift affects all alike. Two floors come with them: the nonblocking
+// MPI_Iallreduce npurt runs (polled to completion on host memory) and the device round
+// trip of the staging copies without MPI. Figures are medians; each is the slowest
+// rank's.
 #include <mpi.h>
 
 #include <algorithm>
@@ -51,12 +53,13 @@ struct Case {
 
 struct Result {
   double peer_us = 0;
-  double ours_us = 0;
+  double ours_us = 0;         // device-direct
+  double staged_us = 0;
   double nonblocking_us = 0;  // MPI_Iallreduce + MPI_Test loop on host memory
   double stream_us = 0;       // the device round trip alone: the staging copies, no MPI
 };
 
-Result measure(comm::MpiCommunicator& c, hal::StreamId stream, const Case& k) {
+Result measure(comm::MpiCommunicator& c, comm::MpiCommunicator& staged, hal::StreamId stream, const Case& k) {
   Runtime& rt = c.runtime();
   const uint64_t bytes = k.elements * sizeof(float);
   // Zeros stay zeros however often they are summed: no overflow, no denormals.
@@ -68,6 +71,10 @@ Result measure(comm::MpiCommunicator& c, hal::StreamId stream, const Case& k) {
   std::vector<float> host(k.elements, 0.f);
   auto ours = [&] {
     must(c.all_reduce(stream, buffer.view(), isa::DType::kF32));
+    must(rt.device().stream_synchronize(stream));
+  };
+  auto ours_staged = [&] {
+    must(staged.all_reduce(stream, buffer.view(), isa::DType::kF32));
     must(rt.device().stream_synchronize(stream));
   };
   auto peer = [&] {
@@ -89,20 +96,23 @@ Result measure(comm::MpiCommunicator& c, hal::StreamId stream, const Case& k) {
   };
   for (int i = 0; i < 10; ++i) {
     ours();
+    ours_staged();
     peer();
   }
-  std::vector<double> ours_us, peer_us, nonblocking_us, stream_us;
+  std::vector<double> ours_us, staged_us, peer_us, nonblocking_us, stream_us;
   for (int i = 0; i < k.reps; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
     ours_us.push_back(time_us(ours));
+    MPI_Barrier(MPI_COMM_WORLD);
+    staged_us.push_back(time_us(ours_staged));
     MPI_Barrier(MPI_COMM_WORLD);
     peer_us.push_back(time_us(peer));
     MPI_Barrier(MPI_COMM_WORLD);
     nonblocking_us.push_back(time_us(nonblocking));
     stream_us.push_back(time_us(stream_only));
   }
-  return {slowest_rank(median(peer_us)), slowest_rank(median(ours_us)), slowest_rank(median(nonblocking_us)),
-          slowest_rank(median(stream_us))};
+  return {slowest_rank(median(peer_us)), slowest_rank(median(ours_us)), slowest_rank(median(staged_us)),
+          slowest_rank(median(nonblocking_us)), slowest_rank(median(stream_us))};
 }
 
 }  // namespace
@@ -111,25 +121,28 @@ int main(int argc, char** argv) {
   auto session = must(comm::mpi_init(argc, argv));
   auto runtime = must(Runtime::create("sim", {.cores = 2, .memory_bytes = 256ull << 20}));
   auto c = must(comm::MpiCommunicator::create(runtime));
+  auto staged = must(comm::MpiCommunicator::create(runtime, {.device_direct = false}));
   const hal::StreamId stream = must(runtime->device().create_stream());
   const Case cases[] = {{"2.5 KiB (640 f32)", 640, 2000}, {"4 MiB (1M f32)", 1u << 20, 200}};
   if (c->rank() == 0) {
     std::printf("all_reduce f32 over %d ranks, medians of the slowest rank (MPI_Allreduce on host memory = peer)\n",
                 c->size());
-    std::printf("%-18s %12s %12s %8s %14s %14s %8s %16s %16s\n", "size", "peer us", "npurt us", "lat x",
-                "peer GB/s", "npurt GB/s", "bw x", "Iallreduce us", "copies only us");
+    std::printf("%-18s %9s %9s %7s %9s %7s %10s %10s %7s %14s %15s\n", "size", "peer us", "npurt us", "lat x",
+                "staged us", "lat x", "peer GB/s", "npurt GB/s", "bw x", "Iallreduce us", "copies only us");
   }
   for (const Case& k : cases) {
-    const Result r = measure(*c, stream, k);
+    const Result r = measure(*c, *staged, stream, k);
     const double gb = static_cast<double>(k.elements * sizeof(float)) / 1e9;
     const double peer_bw = gb / (r.peer_us * 1e-6), ours_bw = gb / (r.ours_us * 1e-6);
     if (c->rank() == 0) {
-      std::printf("%-18s %12.1f %12.1f %8.2f %14.2f %14.2f %8.2f %16.1f %16.1f\n", k.name, r.peer_us, r.ours_us,
-                  r.ours_us / r.peer_us, peer_bw, ours_bw, ours_bw / peer_bw, r.nonblocking_us, r.stream_us);
+      std::printf("%-18s %9.1f %9.1f %7.2f %9.1f %7.2f %10.2f %10.2f %7.2f %14.1f %15.1f\n", k.name, r.peer_us,
+                  r.ours_us, r.ours_us / r.peer_us, r.staged_us, r.staged_us / r.peer_us, peer_bw, ours_bw,
+                  ours_bw / peer_bw, r.nonblocking_us, r.stream_us);
     }
   }
   must(runtime->device().destroy_stream(stream));
   c.reset();
+  staged.reset();
   runtime.reset();
   return 0;
 }

@@ -65,6 +65,21 @@ double all_reduce_seconds(const std::vector<std::shared_ptr<comm::Communicator>>
   return median(s);
 }
 
+// Median seconds of the streams' own round trip, the floor under any collective on
+// them: an empty host function enqueued on every rank's stream, then each synchronized.
+double stream_round_trip_seconds(const comm::DeviceGroup& g, int reps) {
+  std::vector<hal::Stream> streams;
+  for (int r = 0; r < g.size(); ++r) streams.push_back(must(hal::Stream::create(g.runtime(r).shared_device())));
+  std::vector<double> s;
+  for (int i = 0; i < reps + 2; ++i) {
+    const auto t0 = Clock::now();
+    for (hal::Stream& st : streams) must(st.device().enqueue_host_function(st.id(), [](const Status&) { return ok_status(); }));
+    for (hal::Stream& st : streams) must(st.device().stream_synchronize(st.id()));
+    if (i >= 2) s.push_back(seconds_since(t0));
+  }
+  return median(s);
+}
+
 std::vector<std::shared_ptr<comm::Communicator>> ranks_of(const comm::DeviceGroup& g) {
   std::vector<std::shared_ptr<comm::Communicator>> ranks;
   for (int r = 0; r < g.size(); ++r) ranks.push_back(g.communicator(r));
@@ -88,15 +103,20 @@ double memcpy_seconds(uint64_t bytes, int reps) {
 
 void bench_collectives(uint32_t cores, int reps) {
   std::printf("In-process all-reduce (f32, sum) vs a host memcpy of the same bytes, medians of %d\n", reps);
-  std::printf("  %-8s %-7s %12s %12s %12s %12s %8s\n", "devices", "bytes", "latency us", "GB/s", "memcpy us",
-              "memcpy GB/s", "ratio");
+  std::printf("(latency: sums on the streams' threads, the default; kernel sums: CommOptions::host_sums off)\n");
+  std::printf("  %-8s %-7s %12s %12s %12s %12s %8s %16s %16s\n", "devices", "bytes", "latency us", "GB/s",
+              "memcpy us", "memcpy GB/s", "ratio", "kernel sums us", "stream floor us");
   for (int n : {2, 4}) {
-    auto g = must(comm::DeviceGroup::create(
-        "sim", n, {.cores = cores, .memory_bytes = 256ull << 20, .settings = {{"host_threads", "1"}}}));
+    const hal::DeviceSpec spec{.cores = cores, .memory_bytes = 256ull << 20, .settings = {{"host_threads", "1"}}};
+    auto g = must(comm::DeviceGroup::create("sim", n, spec));
+    auto kernels = must(comm::DeviceGroup::create("sim", n, spec, {}, {.host_sums = false}));
     for (uint64_t bytes : {uint64_t{640 * 4}, uint64_t{4} << 20}) {
       const double t = all_reduce_seconds(ranks_of(*g), bytes, reps), m = memcpy_seconds(bytes, reps);
-      std::printf("  %-8d %-7s %12.1f %12.2f %12.2f %12.2f %8.3f\n", n, bytes < 4096 ? "2.5KiB" : "4MiB", t * 1e6,
-                  bytes / t / 1e9, m * 1e6, bytes / m / 1e9, (bytes / t) / (bytes / m));
+      const double k = all_reduce_seconds(ranks_of(*kernels), bytes, reps);
+      const double floor = stream_round_trip_seconds(*g, reps);
+      std::printf("  %-8d %-7s %12.1f %12.2f %12.2f %12.2f %8.3f %16.1f %16.1f\n", n, bytes < 4096 ? "2.5KiB" : "4MiB",
+                  t * 1e6, bytes / t / 1e9, m * 1e6, bytes / m / 1e9, (bytes / t) / (bytes / m), k * 1e6,
+                  floor * 1e6);
     }
   }
 }

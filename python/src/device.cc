@@ -288,7 +288,8 @@ nb::dict memory_stats_dict(const MemoryStats& s) {
                      {"pending_frees", &M::pending_frees},
                      {"tracked_pages_collected", &M::tracked_pages_collected},
                      {"tracked_conflict_pages", &M::tracked_conflict_pages},
-                     {"host_bytes_dropped", &M::host_bytes_dropped}});
+                     {"host_bytes_dropped", &M::host_bytes_dropped},
+                     {"retained_bytes", &M::retained_bytes}});
 }
 
 WriteTrackingMechanism parse_tracking(const std::string& s) {

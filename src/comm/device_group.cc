@@ -19,6 +19,7 @@
 
 #include "comm/meeting.h"
 #include "npurt/hal/handles.h"
+#include "npurt/isa/numeric.h"
 #include "npurt/ops/elementwise.h"
 
 namespace npurt::comm {
@@ -44,6 +45,7 @@ struct RankState {
 struct GroupState {
   GroupState(int n, CommOptions o) : options(o), meeting(n, o.timeout) {}
   const CommOptions options;
+  bool host_sums = false;  // options.host_sums, and every device's memory is host-addressable
   std::vector<RankState> ranks;
   Meeting meeting;
   std::atomic<bool> skip_ordering{false};
@@ -89,6 +91,10 @@ class InProcessCommunicator final : public Communicator {
     const MemoryContext::CommandArg args[] = {{data, Access::kInOut}};
     return collective("all_reduce", stream, args, data.size(), [&](const Round& r) -> Status {
       const hal::DeviceAddr piece = r.views[0].addr + r.offset;
+      if (g_->host_sums) {
+        NPURT_RETURN_IF_ERROR(push(r, piece, /*own_slot=*/false));
+        return arrive_and_sum(r, piece, dtype);
+      }
       NPURT_RETURN_IF_ERROR(push(r, piece));
       NPURT_RETURN_IF_ERROR(arrive(r));
       // Ranks added in rank order, the same on every device: every device ends with
@@ -174,12 +180,14 @@ class InProcessCommunicator final : public Communicator {
     return g_->ranks[owner].landing.addr() + (half + from) * g_->options.chunk_bytes;
   }
 
-  // Step 1: this rank's piece into its slot of every zone.
-  Status push(const Round& r, hal::DeviceAddr piece) {
+  // Step 1: this rank's piece into its slot of every zone (its own zone's slot only
+  // with `own_slot`).
+  Status push(const Round& r, hal::DeviceAddr piece, bool own_slot = true) {
     hal::StreamId on = r.stream;
     const bool skip = g_->skip_ordering.load();
     if (skip) NPURT_RETURN_IF_ERROR(side_stream(&on));
     for (int j = 0; j < size(); ++j) {
+      if (j == rank_ && !own_slot) continue;
       const hal::DeviceAddr dst = slot(j, rank_, r.round);
       NPURT_RETURN_IF_ERROR(j == rank_ ? device().copy_on_device(on, dst, piece, r.length)
                                        : device().copy_to_peer(on, g_->ranks[j].runtime->shared_device(), dst,
@@ -214,6 +222,55 @@ class InProcessCommunicator final : public Communicator {
       }
       return group->meeting.arrive(rank, round, what);
     });
+  }
+
+  // Steps 2 and 3 of all_reduce at once, on the stream's thread: meet the peers,
+  // then add the ranks' pieces in rank order into `piece`, each addition rounded as
+  // the sum kernel rounds it (f32; bf16 from f32 sums, nearest even), so the bytes are
+  // the kernels' and every rank gets the same. Memory-speed adds instead of a launch
+  // per peer. This rank's own piece is read where it is (push skipped its slot), and
+  // that free slot holds the partial sums, so `piece` is written only by the last add.
+  Status arrive_and_sum(const Round& r, hal::DeviceAddr piece, DType dtype) {
+    auto group = g_;
+    const int rank = rank_;
+    const uint64_t round = r.round, length = r.length, stride = g_->options.chunk_bytes;
+    const hal::DeviceAddr slots = slot(rank_, 0, r.round);
+    std::shared_ptr<hal::Device> device = self().runtime->shared_device();
+    return device->enqueue_host_function(
+        r.stream, [group, rank, round, what = r.what, device, piece, slots, length, stride, dtype](
+                      const Status& failed) -> Status {
+          if (!failed.ok()) {
+            group->meeting.fail(rank, failed, what);
+            return failed;
+          }
+          NPURT_RETURN_IF_ERROR(group->meeting.arrive(rank, round, what));
+          const int n = static_cast<int>(group->ranks.size());
+          NPURT_ASSIGN_OR_RETURN(uint8_t* zone, device->host_address(slots, stride * (n - 1) + length, true));
+          NPURT_ASSIGN_OR_RETURN(uint8_t* out, device->host_address(piece, length, /*writes=*/true));
+          auto from = [&](int j) { return j == rank ? out : zone + j * stride; };
+          uint8_t* partial = zone + rank * stride;
+          for (int j = 1; j < n; ++j) {
+            add_into(dtype, j == n - 1 ? out : partial, j == 1 ? from(0) : partial, from(j), length);
+          }
+          return ok_status();
+        });
+  }
+
+  // out = a + b over `bytes` of `dtype` (out may be a).
+  static void add_into(DType dtype, uint8_t* out, const uint8_t* a, const uint8_t* b, uint64_t bytes) {
+    if (dtype == DType::kF32) {
+      const uint64_t n = bytes / 4;
+      auto* o = reinterpret_cast<float*>(out);
+      const auto* x = reinterpret_cast<const float*>(a);
+      const auto* y = reinterpret_cast<const float*>(b);
+      for (uint64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+      return;
+    }
+    const uint64_t n = bytes / 2;
+    auto* o = reinterpret_cast<uint16_t*>(out);
+    const auto* x = reinterpret_cast<const uint16_t*>(a);
+    const auto* y = reinterpret_cast<const uint16_t*>(b);
+    for (uint64_t i = 0; i < n; ++i) o[i] = isa::f32_to_bf16(isa::bf16_to_f32(x[i]) + isa::bf16_to_f32(y[i]));
   }
 
   using RoundFn = std::function<Status(const Round&)>;
@@ -268,9 +325,11 @@ StatusOr<std::shared_ptr<DeviceGroup>> DeviceGroup::create(std::vector<std::shar
   if (options.timeout.count() <= 0) return invalid_argument("device group: the timeout must be positive");
   const int n = static_cast<int>(runtimes.size());
   auto state = std::make_shared<GroupState>(n, options);
+  state->host_sums = options.host_sums;
   for (int r = 0; r < n; ++r) {
     if (!runtimes[r]) return invalid_argument("device group: runtime " + std::to_string(r) + " is null");
     for (int j = 0; j < n; ++j) {
+      state->host_sums &= runtimes[r]->device().info().host_addressable_memory;
       if (j != r && !runtimes[r]->device().can_access_peer(runtimes[j]->device())) {
         return invalid_argument("device group: device " + std::to_string(r) + " cannot reach device " +
                                 std::to_string(j));

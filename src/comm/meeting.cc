@@ -1,8 +1,13 @@
 #include "comm/meeting.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace npurt::comm {
+namespace {
+constexpr auto kSpinFor = std::chrono::microseconds(50);
+}  // namespace
 
 bool Meeting::all_at(uint64_t rounds) const {
   return std::all_of(arrived_.begin(), arrived_.end(), [&](uint64_t a) { return a >= rounds; });
@@ -25,6 +30,15 @@ Status Meeting::arrive(int rank, uint64_t round, const std::string& what) {
     lock.unlock();
     cv_.notify_all();
     return ok_status();
+  }
+  // Peers of a collective usually arrive within microseconds, and a sleeping thread
+  // takes longer than that to wake: look again, yielding the core, for a short while
+  // before sleeping.
+  const auto spin_until = std::chrono::steady_clock::now() + kSpinFor;
+  while (failed_.ok() && !all_at(round + 1) && std::chrono::steady_clock::now() < spin_until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
   }
   const bool met = cv_.wait_for(lock, timeout_, [&] { return !failed_.ok() || all_at(round + 1); });
   if (!failed_.ok()) return failed_;

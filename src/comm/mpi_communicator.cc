@@ -4,6 +4,7 @@
 #include <chrono>
 #include <climits>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -112,8 +113,15 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   uint64_t pooled_bytes_ = 0;  // guarded by mu_
 };
 
-// Starts one nonblocking MPI collective on `comm` over the staging bytes.
-using StartCollective = std::function<int(MPI_Comm comm, uint8_t* staging, MPI_Request* request)>;
+// The bytes MPI works on: the device's own (device-direct) or host staging memory.
+// `send == recv` means in place.
+struct MpiBuffers {
+  uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+};
+
+// Starts one nonblocking MPI collective on `comm` over `b`.
+using StartCollective = std::function<int(MPI_Comm comm, const MpiBuffers& b, MPI_Request* request)>;
 
 }  // namespace
 
@@ -151,8 +159,10 @@ struct MpiCommunicator::Group {
     turn.notify_all();
   }
 
-  Status run(const char* name, uint64_t seq, const Status& stream_error, const std::shared_ptr<uint8_t>& staging,
-             const StartCollective& start);
+  // `abandoned` runs when MPI may still use the bytes after the collective gave up
+  // on them (a timeout, an abort): they must then stay allocated until exit.
+  Status run(const char* name, uint64_t seq, const Status& stream_error, const MpiBuffers& bytes,
+             const StartCollective& start, const std::function<void()>& abandoned);
   Status wait_for_turn(uint64_t seq, Clock::time_point deadline, const std::string& what);
   // `abandonable`: a stream collective, which abort() may give up on (agree() is not).
   Status poll(MPI_Request* request, Clock::time_point deadline, const std::string& what, bool* timed_out,
@@ -192,7 +202,8 @@ MpiCommunicator::Group::~Group() {
 // bytes, so the collective cannot take part: it is skipped, its peers time out, and
 // the communicator breaks (the ranks' sequences no longer match).
 Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status& stream_error,
-                                   const std::shared_ptr<uint8_t>& bytes, const StartCollective& start) {
+                                   const MpiBuffers& bytes, const StartCollective& start,
+                                   const std::function<void()>& abandoned) {
   const Clock::time_point deadline = Clock::now() + options.timeout;
   const std::string what = label(name, seq);
   if (!stream_error.ok()) {
@@ -206,7 +217,7 @@ Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status&
   int err = MPI_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(mpi_mutex());
-    err = start(stream_comm, bytes.get(), &request);
+    err = start(stream_comm, bytes, &request);
     if (err != MPI_SUCCESS) {
       Status failed = mpi_error(err, what);
       break_stream(failed);
@@ -221,7 +232,7 @@ Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status&
   bool timed_out = false;
   Status s = poll(&request, deadline, what, &timed_out, /*abandonable=*/true);
   if (s.ok()) return s;
-  if (timed_out) keep_until_exit(bytes);
+  if (timed_out) abandoned();
   break_stream(s);
   return s;
 }
@@ -291,6 +302,11 @@ StatusOr<std::unique_ptr<MpiSession>> MpiSession::init(int* argc, char*** argv) 
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized != 0) return failed_precondition("mpi_init: MPI is initialized already");
+  // The collectives run nonblocking (a timeout needs that), and Open MPI's default
+  // MPI_Iallreduce algorithm on few ranks moves megabytes at half the speed of its
+  // blocking one; its ring does not (docs/parallel.md, figures). A value the user set
+  // (the environment, mpirun --mca) wins; other MPIs ignore the name.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
   int provided = MPI_THREAD_SINGLE;
   const int err = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   if (err != MPI_SUCCESS) return failed_precondition("mpi_init: MPI_Init_thread failed (error " + std::to_string(err) + ")");
@@ -350,14 +366,17 @@ CommStats MpiCommunicator::stats() const {
 
 namespace {
 
-// How a collective's bytes travel through its staging memory: which device range
-// (by argument index) is copied in before MPI runs and where, and which is written
-// back afterwards from the start of the staging memory.
+// How a collective's bytes travel. Staged: which device range (by argument index) is
+// copied into host staging memory before MPI runs and where, and which is written
+// back afterwards from the start of the staging memory. Device-direct: which ranges
+// MPI sends from and receives into (the same one: in place).
 struct Staging {
   uint64_t bytes = 0;
   std::optional<size_t> download;  // argument copied to the host
   uint64_t download_offset = 0;
   std::optional<size_t> upload;    // argument written from the host
+  size_t send = 0;                 // device-direct
+  size_t recv = 0;
 };
 
 Status enqueue_staged(hal::Device& device, hal::StreamId stream, std::span<const hal::KernelArg> ranges,
@@ -382,8 +401,47 @@ Status enqueue_staged(hal::Device& device, hal::StreamId stream, std::span<const
   return s;
 }
 
+// The device bytes themselves, resolved when the stream reaches the collective (its
+// views' allocations are alive then: the memory context holds their frees until the
+// command is done).
+StatusOr<MpiBuffers> device_buffers(hal::Device& device, const hal::KernelArg& send, const hal::KernelArg& recv) {
+  NPURT_ASSIGN_OR_RETURN(uint8_t* r, device.host_address(recv.addr, recv.bytes, /*writes=*/true));
+  if (send.addr == recv.addr) return MpiBuffers{r, r};
+  NPURT_ASSIGN_OR_RETURN(uint8_t* w, device.host_address(send.addr, send.bytes, /*writes=*/false));
+  return MpiBuffers{w, r};
+}
+
+// Device-direct: one host function runs MPI on the views' own bytes. After a timeout
+// MPI may still write them, so their blocks are kept until exit.
+Status enqueue_direct(Runtime& runtime, const std::shared_ptr<MpiCommunicator::Group>& group, const char* name,
+                      uint64_t seq, hal::StreamId stream, std::span<const hal::KernelArg> ranges,
+                      std::span<const MemoryContext::CommandArg> args, const Staging& plan,
+                      const StartCollective& start) {
+  std::shared_ptr<hal::Device> device = runtime.shared_device();
+  MemoryContext* memory = &runtime.memory();  // outlives the stream's commands
+  std::vector<View> views;
+  for (const MemoryContext::CommandArg& a : args) views.push_back(a.view);
+  auto abandoned = [memory, views, retain = group->options.retain_abandoned_memory] {
+    if (!retain) return;
+    for (const View& v : views) memory->retain_until_exit(v).ignore();
+  };
+  const hal::KernelArg send = ranges[plan.send], recv = ranges[plan.recv];
+  return device->enqueue_host_function(
+      stream, [group, name, seq, device, send, recv, start, abandoned](const Status& stream_error) -> Status {
+        StatusOr<MpiBuffers> bytes = MpiBuffers{};
+        if (stream_error.ok()) bytes = device_buffers(*device, send, recv);
+        if (!bytes.ok()) {
+          const Status failed = bytes.status().with_context(group->label(name, seq));
+          group->break_stream(failed);
+          return failed;
+        }
+        return group->run(name, seq, stream_error, *bytes, start, abandoned);
+      });
+}
+
 // Issues one stream collective over `args`: checks, then (through the memory
-// context, which orders it and syncs the views) its staging copies and its MPI.
+// context, which orders it and syncs the views) its MPI, on the views' device bytes
+// where the device allows it, else through staging copies.
 Status issue_collective(Runtime& runtime, const std::shared_ptr<MpiCommunicator::Group>& group, const char* name,
                         hal::StreamId stream, std::span<const MemoryContext::CommandArg> args, const Staging& plan,
                         uint64_t view_bytes, StartCollective start) {
@@ -396,13 +454,20 @@ Status issue_collective(Runtime& runtime, const std::shared_ptr<MpiCommunicator:
     std::lock_guard<std::mutex> lock(group->mu);
     seq = group->issued + 1;
   }
+  const bool direct = group->options.device_direct && runtime.device().info().host_addressable_memory;
   return runtime.memory().enqueue_command(
-      stream, what, args, [&](hal::StreamId s, std::span<const hal::KernelArg> ranges) {
+      stream, what, args, [&](hal::StreamId s, std::span<const hal::KernelArg> ranges) -> Status {
+        if (direct) {
+          NPURT_RETURN_IF_ERROR(enqueue_direct(runtime, group, name, seq, s, ranges, args, plan, start));
+          group->commit(view_bytes);
+          return ok_status();
+        }
         hal::Device& device = runtime.device();
         std::shared_ptr<uint8_t> bytes = group->staging->take(plan.bytes);
         auto enqueue_mpi = [&] {
           return device.enqueue_host_function(s, [group, name, seq, bytes, start](const Status& stream_error) {
-            return group->run(name, seq, stream_error, bytes, start);
+            const MpiBuffers staged{bytes.get(), bytes.get()};
+            return group->run(name, seq, stream_error, staged, start, [bytes] { keep_until_exit(bytes); });
           });
         };
         return enqueue_staged(device, s, ranges, plan, bytes, enqueue_mpi, [&] { group->commit(view_bytes); });
@@ -429,10 +494,10 @@ Status MpiCommunicator::all_reduce(hal::StreamId stream, const View& data, isa::
   const MPI_Datatype type = dtype == isa::DType::kF32 ? MPI_FLOAT : MPI_UINT16_T;
   const MPI_Op op = dtype == isa::DType::kF32 ? MPI_SUM : group_->bf16_sum;
   const MemoryContext::CommandArg args[] = {{data, isa::Access::kInOut}};
-  const Staging plan{.bytes = data.size(), .download = 0, .upload = 0};
+  const Staging plan{.bytes = data.size(), .download = 0, .upload = 0, .send = 0, .recv = 0};
   return issue_collective(*runtime_, group_, "all_reduce", stream, args, plan, data.size(),
-                          [count, type, op](MPI_Comm comm, uint8_t* bytes, MPI_Request* request) {
-                            return MPI_Iallreduce(MPI_IN_PLACE, bytes, static_cast<int>(count), type, op, comm,
+                          [count, type, op](MPI_Comm comm, const MpiBuffers& b, MPI_Request* request) {
+                            return MPI_Iallreduce(MPI_IN_PLACE, b.recv, static_cast<int>(count), type, op, comm,
                                                   request);
                           });
 }
@@ -450,15 +515,22 @@ Status MpiCommunicator::all_gather(hal::StreamId stream, const View& local, cons
   if (n > static_cast<uint64_t>(INT_MAX)) return bad(std::to_string(n) + " bytes per rank are more than one MPI call takes");
   if (local.overlaps(gathered)) return bad("local and gathered overlap");
   const MemoryContext::CommandArg args[] = {{local, isa::Access::kIn}, {gathered, isa::Access::kOut}};
-  // The local bytes go straight to their place among the gathered ones (MPI_IN_PLACE).
+  // Staged, the local bytes go straight to their place among the gathered ones
+  // (MPI_IN_PLACE); device-direct, MPI reads them from `local`.
   const Staging plan{.bytes = gathered.size(),
                      .download = 0,
                      .download_offset = n * static_cast<uint64_t>(rank()),
-                     .upload = 1};
+                     .upload = 1,
+                     .send = 0,
+                     .recv = 1};
   return issue_collective(*runtime_, group_, "all_gather", stream, args, plan, n + gathered.size(),
-                          [n](MPI_Comm comm, uint8_t* bytes, MPI_Request* request) {
-                            return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, bytes, static_cast<int>(n),
-                                                  MPI_BYTE, comm, request);
+                          [n](MPI_Comm comm, const MpiBuffers& b, MPI_Request* request) {
+                            const int count = static_cast<int>(n);
+                            if (b.send == b.recv) {
+                              return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.recv, count, MPI_BYTE,
+                                                    comm, request);
+                            }
+                            return MPI_Iallgather(b.send, count, MPI_BYTE, b.recv, count, MPI_BYTE, comm, request);
                           });
 }
 
@@ -483,8 +555,8 @@ Status MpiCommunicator::broadcast(hal::StreamId stream, const View& data, int ro
   }
   const int count = static_cast<int>(data.size());
   return issue_collective(*runtime_, group_, "broadcast", stream, args, plan, data.size(),
-                          [count, root](MPI_Comm comm, uint8_t* bytes, MPI_Request* request) {
-                            return MPI_Ibcast(bytes, count, MPI_BYTE, root, comm, request);
+                          [count, root](MPI_Comm comm, const MpiBuffers& b, MPI_Request* request) {
+                            return MPI_Ibcast(b.recv, count, MPI_BYTE, root, comm, request);
                           });
 }
 
@@ -499,11 +571,12 @@ Status MpiCommunicator::barrier(hal::StreamId stream) {
     std::lock_guard<std::mutex> lock(group_->mu);
     seq = group_->issued + 1;
   }
-  std::shared_ptr<uint8_t> none;
   std::shared_ptr<Group> group = group_;
-  StartCollective start = [](MPI_Comm comm, uint8_t*, MPI_Request* request) { return MPI_Ibarrier(comm, request); };
-  Status s = runtime_->device().enqueue_host_function(stream, [group, seq, none, start](const Status& stream_error) {
-    return group->run("barrier", seq, stream_error, none, start);
+  StartCollective start = [](MPI_Comm comm, const MpiBuffers&, MPI_Request* request) {
+    return MPI_Ibarrier(comm, request);
+  };
+  Status s = runtime_->device().enqueue_host_function(stream, [group, seq, start](const Status& stream_error) {
+    return group->run("barrier", seq, stream_error, MpiBuffers{}, start, [] {});
   });
   if (!s.ok()) return s.with_context(what);
   group_->commit(0);

@@ -30,6 +30,10 @@ Status no_faults(const Device& device) {
 }
 }  // namespace
 
+StatusOr<uint8_t*> Device::host_address(DeviceAddr, uint64_t, bool) {
+  return unimplemented("host_address: the memory of device '" + info().name + "' is not host-addressable");
+}
+
 Status Device::set_fault_plan(FaultPlan) { return no_faults(*this); }
 StatusOr<FaultStats> Device::fault_stats() const { return no_faults(*this); }
 StatusOr<std::vector<InjectedFault>> Device::take_fault_log() { return no_faults(*this); }

@@ -48,6 +48,7 @@ Status MemoryContext::mark_host_written(const View& view) { return core_->mark_h
 Status MemoryContext::to_device(const View& view) { return core_->to_device(view); }
 Status MemoryContext::to_host(const View& view) { return core_->to_host(view); }
 Status MemoryContext::drop_host_copy(const View& view) { return core_->drop_host_copy(view); }
+Status MemoryContext::retain_until_exit(const View& view) { return core_->retain_until_exit(view); }
 
 Status MemoryContext::launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image,
                              uint32_t grid, std::span<const LaunchArg> args) {

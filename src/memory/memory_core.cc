@@ -55,10 +55,10 @@ void MemoryCore::close() {
   for (BufferState* b : live_) {
     b->freed = true;
     b->freed_reason = "its memory context is closed";
-    device_->free(b->device_addr).ignore();
+    free_device_block(b->device_addr).ignore();
   }
   live_.clear();
-  for (const DeferredFree& d : deferred_) device_->free(d.addr).ignore();
+  for (const DeferredFree& d : deferred_) free_device_block(d.addr).ignore();
   deferred_.clear();
   pending_staging_.clear();
   staging_pool_.clear();
@@ -69,6 +69,32 @@ void MemoryCore::close() {
 
 Status MemoryCore::check_open() const {
   if (closed_) return failed_precondition("its memory context is closed");
+  return ok_status();
+}
+
+Status MemoryCore::free_device_block(hal::DeviceAddr addr) {
+  {
+    std::lock_guard<std::mutex> lock(retained_mu_);
+    if (std::find(retained_.begin(), retained_.end(), addr) != retained_.end()) return ok_status();
+  }
+  return device_->free(addr);
+}
+
+Status MemoryCore::retain_until_exit(const View& view) {
+  if (view.buffer_ == nullptr) return failed_precondition("retain_until_exit: view is not attached to a buffer");
+  const BufferState& b = *view.buffer_;
+  if (b.core.get() != this) return invalid_argument("retain_until_exit: the view belongs to another memory context");
+  {
+    std::lock_guard<std::mutex> lock(retained_mu_);
+    if (std::find(retained_.begin(), retained_.end(), b.device_addr) != retained_.end()) return ok_status();
+    retained_.push_back(b.device_addr);
+    retained_bytes_ += b.size;
+  }
+  // The device's memory must outlive every object that could release it.
+  static std::mutex keep_mu;
+  static auto* kept = new std::vector<std::shared_ptr<hal::Device>>();
+  std::lock_guard<std::mutex> lock(keep_mu);
+  if (std::find(kept->begin(), kept->end(), device_) == kept->end()) kept->push_back(device_);
   return ok_status();
 }
 
@@ -149,7 +175,7 @@ Status MemoryCore::free_buffer(BufferState& b) {
     }
   });
   if (pending.empty()) {
-    NPURT_RETURN_IF_ERROR_CTX(device_->free(b.device_addr),
+    NPURT_RETURN_IF_ERROR_CTX(free_device_block(b.device_addr),
                               "freeing the device memory of " + buffer_text(b));
     return ok_status();
   }
@@ -168,7 +194,7 @@ void MemoryCore::reap_deferred_frees() {
       if (!fences_.known_done(f)) return false;
     }
     // The work is done; a failing free leaves nothing to retry.
-    device_->free(d.addr).ignore();
+    free_device_block(d.addr).ignore();
     return true;
   });
 }
@@ -559,6 +585,8 @@ MemoryStats MemoryCore::stats() const {
   s.host_waits = f.host_waits;
   s.buffers_live = live_.size();
   s.pending_frees = deferred_.size();
+  std::lock_guard<std::mutex> retained(retained_mu_);
+  s.retained_bytes = retained_bytes_;
   return s;
 }
 

@@ -85,6 +85,7 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Status to_device(const View& view);
   Status to_host(const View& view);
   Status drop_host_copy(const View& view);
+  Status retain_until_exit(const View& view);
 
   StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
                                    std::span<const LaunchArg> args);
@@ -110,6 +111,8 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   };
 
   Status check_open() const;
+  // Frees a device block, unless retain_until_exit() kept it.
+  Status free_device_block(hal::DeviceAddr addr);
   // OK when `view` is attached, of this context, and its buffer is alive.
   Status check_view(const View& view) const;
   Status validate_launch(const isa::Image& image, uint32_t grid,
@@ -174,6 +177,13 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   uint64_t pooled_staging_bytes_ = 0;
   std::deque<PendingStaging> pending_staging_;
   MemoryStats stats_;
+
+  // Device blocks retain_until_exit() kept. A lock of its own, taken after mu_ where
+  // both are held: a stream's host function retains while close() holds mu_ waiting
+  // for that very stream.
+  mutable std::mutex retained_mu_;
+  std::vector<hal::DeviceAddr> retained_;  // guarded by retained_mu_
+  uint64_t retained_bytes_ = 0;            // guarded by retained_mu_
 
   // Scratch reused by every plan, so steady state allocates nothing.
   struct PlannedView {

@@ -209,6 +209,45 @@ TEST_P(Collectives, BarrierWaitsForEveryRanksStream) {
   sync_all(*g, ranks);
 }
 
+// The sums the stream's thread forms (host_sums, the default on simulated NPUs) are
+// byte for byte the sum kernels' (host_sums off), f32 and bf16, on every rank.
+TEST_P(Collectives, HostSumsGiveTheSumKernelsBytes) {
+  const int n = GetParam();
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    for (uint64_t count : {uint64_t{3}, uint64_t{640}, uint64_t{262145}}) {
+      SCOPED_TRACE(std::string(isa::dtype_name(dtype)) + " x " + std::to_string(count));
+      const uint64_t bytes = count * reduce_element_bytes(dtype);
+      std::vector<std::vector<uint8_t>> results;
+      for (const bool host_sums : {true, false}) {
+        auto g = make_group(n, {.host_sums = host_sums});
+        ASSERT_TRUE(g);
+        auto ranks = rank_buffers(*g, bytes);
+        for (int r = 0; r < n; ++r) {
+          const std::vector<float> f = random_floats(count, 31 * r + static_cast<uint32_t>(count));
+          std::vector<uint8_t> in(bytes);
+          for (uint64_t i = 0; i < count; ++i) {
+            if (dtype == DType::kF32) {
+              std::memcpy(in.data() + 4 * i, &f[i], 4);
+            } else {
+              const uint16_t h = isa::f32_to_bf16(f[i]);
+              std::memcpy(in.data() + 2 * i, &h, 2);
+            }
+          }
+          write_bytes(g->runtime(r), ranks[r].buffer.view(), in.data());
+        }
+        for (int r = 0; r < n; ++r) {
+          ASSERT_TRUE(g->communicator(r)->all_reduce(ranks[r].stream.id(), ranks[r].buffer.view(), dtype).ok());
+        }
+        sync_all(*g, ranks);
+        for (int r = 0; r < n; ++r) {
+          results.push_back(read_bytes(g->runtime(r), ranks[r].buffer.view()));
+          EXPECT_EQ(results.back(), results.front()) << (host_sums ? "host sums" : "kernels") << ", rank " << r;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 4), [](const auto& info) {
   return std::to_string(info.param) + "devices";
 });

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -44,6 +45,13 @@ int world_rank() {
   return r;
 }
 
+// The path under test: MPI on the device's own bytes (the simulated NPU's memory is
+// host-addressable), or with NPURT_MPI_STAGED set, through host staging copies (the
+// path of devices whose memory is not). CTest runs the suite both ways.
+CommOptions options(std::chrono::milliseconds timeout) {
+  return {.timeout = timeout, .device_direct = std::getenv("NPURT_MPI_STAGED") == nullptr};
+}
+
 // One rank's device, communicator and stream, shared by the tests of the process.
 struct Rank {
   std::shared_ptr<Runtime> runtime;
@@ -60,7 +68,7 @@ void open_rank() {
   Rank& r = rank();
   r.runtime = must(Runtime::create("sim", {.cores = 2, .memory_bytes = 256ull << 20}));
   // Shorter than the CTest timeout, so a rank that goes astray fails the others by name.
-  r.comm = must(MpiCommunicator::create(r.runtime, {.timeout = std::chrono::milliseconds(20'000)}));
+  r.comm = must(MpiCommunicator::create(r.runtime, options(std::chrono::milliseconds(20'000))));
   r.stream = must(r.runtime->device().create_stream());
 }
 
@@ -349,7 +357,7 @@ TEST(MpiCollectives, AgreeSpreadsTheFirstFailure) {
 // (it has no input), its peers time out, and agree() tells every rank what happened.
 // On a communicator and stream of its own: both are unusable afterwards.
 TEST(MpiCollectives, AFailedStreamSkipsItsCollectiveAndPeersTimeOut) {
-  auto c = must(MpiCommunicator::create(rank().runtime, {.timeout = std::chrono::milliseconds(1'000)}));
+  auto c = must(MpiCommunicator::create(rank().runtime, options(std::chrono::milliseconds(1'000))));
   hal::Device& device = rank().runtime->device();
   const hal::StreamId stream = must(device.create_stream());
   Buffer b = make_buffer(640 * 4);
@@ -379,13 +387,62 @@ TEST(MpiCollectives, AFailedStreamSkipsItsCollectiveAndPeersTimeOut) {
   EXPECT_TRUE(device.destroy_stream(stream).ok());
 }
 
+// Rank 0's all_reduce times out before the others issue theirs; MPI cannot cancel it,
+// so when they do, MPI completes it into rank 0's device bytes, long after the
+// collective failed and its buffer was freed. Device-direct, those bytes are kept
+// until exit: a buffer made after the timeout gets other memory and keeps its bytes,
+// and the late sum lands in the kept block. (With retain_abandoned_memory off the new
+// buffer takes the freed block and the late sum overwrites it.)
+TEST(MpiCollectives, MemoryMpiMayStillWriteAfterATimeoutIsNotReused) {
+  const CommOptions o = options(std::chrono::milliseconds(300));
+  if (!o.device_direct) GTEST_SKIP() << "staged: MPI writes host staging memory, kept until exit since ever";
+  auto c = must(MpiCommunicator::create(rank().runtime, o));
+  hal::Device& device = rank().runtime->device();
+  const hal::StreamId stream = must(device.create_stream());
+  constexpr uint64_t n = 640;
+  const std::vector<float> ones(n, 1.f);
+  Buffer a = make_buffer(n * 4);
+  write_bytes(a.view(), ones.data());
+  auto device_floats = [&](hal::DeviceAddr addr) {
+    const uint8_t* p = must(device.host_address(addr, n * 4, /*writes=*/false));
+    std::vector<float> v(n);
+    std::memcpy(v.data(), p, n * 4);
+    return v;
+  };
+  const uint64_t retained_before = rank().runtime->memory().stats().retained_bytes;
+  if (c->rank() == 0) {
+    ASSERT_TRUE(c->all_reduce(stream, a.view(), isa::DType::kF32).ok());
+    const Status s = device.stream_synchronize(stream);
+    EXPECT_TRUE(contains(s, "peers did not arrive within 300 ms")) << s.to_string();
+    const hal::DeviceAddr abandoned = a.device_address();
+    ASSERT_TRUE(a.free().ok());
+    Buffer b = make_buffer(n * 4);
+    const std::vector<float> sevens(n, 7.f);
+    write_bytes(b.view(), sevens.data());
+    ASSERT_TRUE(rank().runtime->memory().to_device(b.view()).ok());
+    EXPECT_NE(b.device_address(), abandoned);
+    EXPECT_EQ(rank().runtime->memory().stats().retained_bytes, retained_before + n * 4);
+    MPI_Barrier(MPI_COMM_WORLD);  // the others join the abandoned all_reduce now
+    MPI_Barrier(MPI_COMM_WORLD);  // and this one's MPI progress completes it
+    EXPECT_EQ(device_floats(b.device_address()), sevens) << "a late MPI write reached a new buffer";
+    EXPECT_EQ(device_floats(abandoned), std::vector<float>(n, static_cast<float>(c->size())));
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    ASSERT_TRUE(c->all_reduce(stream, a.view(), isa::DType::kF32).ok());
+    EXPECT_TRUE(device.stream_synchronize(stream).ok());
+    EXPECT_EQ(device_floats(a.device_address()), std::vector<float>(n, static_cast<float>(c->size())));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  EXPECT_TRUE(device.destroy_stream(stream).ok());
+}
+
 // Run alone (the comm.mpi_dead_rank test): the last rank exits just before a
 // collective; every other rank's collective fails with the timeout error, in bounded
 // time. Survivors print a verdict line for CTest and exit at once: MPI_Finalize would
 // wait for the dead rank.
 TEST(MpiDeadRank, PeersTimeOutWithAClearError) {
   const int me = world_rank();
-  auto c = must(MpiCommunicator::create(rank().runtime, {.timeout = std::chrono::milliseconds(2'000)}));
+  auto c = must(MpiCommunicator::create(rank().runtime, options(std::chrono::milliseconds(2'000))));
   Buffer b = make_buffer(640 * 4);
   write_bytes(b.view(), random_floats(me, 640, 7).data());
   MPI_Barrier(MPI_COMM_WORLD);

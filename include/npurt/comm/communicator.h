@@ -89,6 +89,18 @@ struct CommOptions {
   uint64_t chunk_bytes = 1ull << 20;
   // How long a collective waits for its peers before failing.
   std::chrono::milliseconds timeout{60'000};
+  // In-process backend: where every device's memory is host-addressable
+  // (DeviceInfo::host_addressable_memory), all_reduce adds the ranks' pieces on the
+  // stream's own thread as it meets its peers, in rank order with the kernels'
+  // roundings (the same bytes); false (or on other devices): a sum kernel per peer.
+  bool host_sums = true;
+  // MPI backend: where the device's memory is host-addressable
+  // (DeviceInfo::host_addressable_memory), MPI reads and writes the views' device bytes
+  // themselves; false (or on other devices): through host staging copies.
+  bool device_direct = true;
+  // false is WRONG, for tests only: device memory that MPI may still write after a
+  // timeout (device-direct) is freed and reused like any other.
+  bool retain_abandoned_memory = true;
 };
 
 // The element size of a summable dtype, or 0.

@@ -8,11 +8,14 @@
 //     c->all_reduce(stream, view, isa::DType::kF32);           // enqueued, returns
 //   }
 //
-// A collective is one stream command sequence: the view's device bytes are copied
-// into host staging memory, a host function (Device::enqueue_host_function) runs the
-// nonblocking MPI collective and polls it until it completes or the timeout passes,
-// and the result is copied back. So the calling thread never waits for MPI, and the
-// collective is ordered with the stream's other work like a launch.
+// A collective is a host function on the stream (Device::enqueue_host_function)
+// that runs the nonblocking MPI collective and polls it until it completes or the
+// timeout passes, so the calling thread never waits for MPI and the collective is
+// ordered with the stream's other work like a launch. Where the device's memory is
+// host-addressable (DeviceInfo::host_addressable_memory, as the simulated NPU's is)
+// MPI reads and writes the views' device bytes themselves (device-direct, like
+// CUDA-aware MPI on device pointers); elsewhere, or with CommOptions::device_direct
+// off, the bytes are copied into host staging memory first and the result back.
 //
 // Ordering across streams: MPI matches collectives by the order in which each rank
 // starts them. A rank starts its collectives in the order it issued them (their
@@ -22,18 +25,23 @@
 //
 // Failures. A collective whose peers do not arrive within CommOptions::timeout fails
 // its stream with "all_reduce #7 on rank 1 of 2: peers did not arrive within 60000
-// ms"; MPI's own errors (MPI_ERRORS_RETURN) fail it with MPI's error string. A
-// collective reached by a stream that failed earlier cannot take part (its input
-// bytes never arrived), so it is skipped and its peers time out. After any of these
+// ms"; MPI's own errors (MPI_ERRORS_RETURN) fail it with MPI's error string. MPI
+// cannot cancel a collective, so the memory it was given may still be written after
+// the collective failed: staging memory is kept until exit, and device memory
+// (device-direct) too (MemoryContext::retain_until_exit): the buffer may be freed,
+// its block is never reused. A collective reached by a stream that failed earlier
+// cannot take part (its input bytes never arrived), so it is skipped and its peers
+// time out. After any of these
 // the ranks' sequences no longer match, so the communicator's later collectives fail
 // at once, naming the first failure; agree() runs on a communicator of its own and
 // still works, which is how ranks learn of each other's failures and exit together.
 //
-// Cost: on top of MPI's own collective, a device-to-host and a host-to-device copy of
-// the bytes and two hand-offs between the calling thread and the stream's (bench/
-// comm_bench.cc). Open MPI picks the algorithm of MPI_Iallreduce itself; on 2 ranks
-// its ring (--mca coll_libnbc_iallreduce_algorithm 1) was twice as fast at 4 MiB as
-// its default.
+// Cost: on top of MPI's own collective, two hand-offs between the calling thread and
+// the stream's, and on the staged path a device-to-host and a host-to-device copy
+// (bench/comm_bench.cc measures both paths). mpi_init() makes Open MPI's
+// MPI_Iallreduce use its ring algorithm unless told otherwise
+// (OMPI_MCA_coll_libnbc_iallreduce_algorithm): its default moved megabytes at half the
+// speed of the blocking MPI_Allreduce on 2 ranks.
 //
 // Threading: MPI calls of the backend are serialized by one process-wide mutex, so
 // MPI_THREAD_SERIALIZED suffices. A program's own MPI calls may overlap the

@@ -74,6 +74,9 @@ struct DeviceInfo {
   uint32_t icache_sets = 0;
   uint32_t icache_ways = 0;
   std::string details = {};  // anything else the driver tells (the simulator: its tile kernels' target)
+  // Global memory is host memory this process can address (Device::host_address):
+  // host code in stream order may read and write it directly (MPI, say).
+  bool host_addressable_memory = false;
 };
 
 class Device {
@@ -160,6 +163,15 @@ class Device {
   // events and the code in memory survive; the bytes aborted work was writing are
   // undefined.
   virtual Status reset() = 0;
+
+  // ---- host access, where DeviceInfo::host_addressable_memory ----
+  // The host address of [addr, +bytes), which must lie inside one live allocation, for
+  // host code that runs in stream order (a host function: what came before it on the
+  // stream is done, what comes after has not started) to read or, with `writes`, write
+  // directly; the device then counts the bytes as written, as after a copy into them.
+  // The address stays valid while the allocation lives. kUnimplemented where memory is
+  // not host-addressable; kOutOfRange for a range outside one live allocation.
+  virtual StatusOr<uint8_t*> host_address(DeviceAddr addr, uint64_t bytes, bool writes);
 
   // ---- fault injection (faults.h), where the driver offers it ----
   // Replaces the device's plan (an empty FaultPlan turns injection off) and restarts

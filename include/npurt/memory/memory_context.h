@@ -152,6 +152,7 @@ struct MemoryStats {
   uint64_t tracked_pages_collected = 0;  // dirty pages recorded as host writes
   uint64_t tracked_conflict_pages = 0;   // dirty pages that held device-newer bytes
   uint64_t host_bytes_dropped = 0;       // mirror bytes released by drop_host_copy
+  uint64_t retained_bytes = 0;           // device bytes kept until exit (retain_until_exit)
   friend bool operator==(const MemoryStats&, const MemoryStats&) = default;
 };
 
@@ -194,6 +195,14 @@ class MemoryContext {
   // zeros there until then (see buffer.h, "Raw pointers"); in tracked mode a raw write
   // to them is caught and loses to the device's bytes, as for any device-newer byte.
   Status drop_host_copy(const View& view);
+
+  // Someone outside the context may write the device bytes of `view` at any later
+  // time (an MPI request that timed out, which MPI cannot cancel): the device block of
+  // its buffer is never freed nor reused while the process lives, whatever happens to
+  // the buffer and the context, and the device itself is kept alive. free() and close()
+  // then leave that block allocated. Safe to call from a stream's host function, while
+  // other threads wait for that stream. Counted in MemoryStats::retained_bytes.
+  Status retain_until_exit(const View& view);
 
   // ---- device access (asynchronous) ----
   // Enqueues on `stream`: waits for conflicting earlier work, the upload of the

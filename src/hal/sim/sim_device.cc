@@ -100,6 +100,7 @@ class SimDevice final : public Device {
     info_ = DeviceInfo{"npurt-sim",         o.num_cores,   o.global_memory_bytes,
                        o.local_memory_bytes, o.icache_line_bytes, o.icache_sets,
                        o.icache_ways,        std::string("tile kernels: ") + sim::tile_kernels_target()};
+    info_.host_addressable_memory = true;  // the device's memory is an mmap of this process
     for (uint32_t c = 0; c < o.num_cores; ++c) {
       cores_.push_back(std::make_unique<sim::Core>(c, o.local_memory_bytes, o.icache_sets, o.icache_ways,
                                                    o.icache_line_bytes));
@@ -455,6 +456,12 @@ class SimDevice final : public Device {
       std::lock_guard<std::mutex> lock(waiting->mu);
       waiting->cv.notify_all();
     }
+  }
+
+  StatusOr<uint8_t*> host_address(DeviceAddr addr, uint64_t bytes, bool writes) override {
+    NPURT_RETURN_IF_ERROR(check_range(addr, std::max<uint64_t>(bytes, 1), "host_address"));
+    if (writes) gm_.mark_initialized(addr, bytes);
+    return gm_.ptr(addr);
   }
 
   Status check_range(DeviceAddr addr, uint64_t bytes, std::string_view what) {
