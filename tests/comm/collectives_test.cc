@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cmath>
 #include <cstring>
 #include <future>
@@ -74,11 +76,17 @@ void sync_all(DeviceGroup& g, std::vector<RankData>& ranks) {
 
 constexpr uint64_t kSizes[] = {1, 3, 640, 4099, 262145, 1u << 20};
 
-class Collectives : public ::testing::TestWithParam<int> {};
+// Every collective on 2 and 4 devices, with the all-reduce's sums on the streams'
+// threads (host_sums, the default here) and as kernels.
+class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  int ranks() const { return std::get<0>(GetParam()); }
+  std::shared_ptr<DeviceGroup> group() const { return make_group(ranks(), {.host_sums = std::get<1>(GetParam())}); }
+};
 
 TEST_P(Collectives, AllReduceF32MatchesTheHostSum) {
-  const int n = GetParam();
-  auto g = make_group(n);
+  const int n = ranks();
+  auto g = group();
   ASSERT_TRUE(g);
   for (uint64_t count : kSizes) {
     SCOPED_TRACE("elements " + std::to_string(count));
@@ -104,8 +112,8 @@ TEST_P(Collectives, AllReduceF32MatchesTheHostSum) {
 }
 
 TEST_P(Collectives, AllReduceBf16MatchesTheHostSum) {
-  const int n = GetParam();
-  auto g = make_group(n);
+  const int n = ranks();
+  auto g = group();
   ASSERT_TRUE(g);
   for (uint64_t count : kSizes) {
     SCOPED_TRACE("elements " + std::to_string(count));
@@ -137,8 +145,8 @@ TEST_P(Collectives, AllReduceBf16MatchesTheHostSum) {
 }
 
 TEST_P(Collectives, AllGatherPlacesEveryRankInRankOrder) {
-  const int n = GetParam();
-  auto g = make_group(n);
+  const int n = ranks();
+  auto g = group();
   ASSERT_TRUE(g);
   for (uint64_t count : kSizes) {
     SCOPED_TRACE("elements " + std::to_string(count));
@@ -165,8 +173,8 @@ TEST_P(Collectives, AllGatherPlacesEveryRankInRankOrder) {
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
-  const int n = GetParam();
-  auto g = make_group(n);
+  const int n = ranks();
+  auto g = group();
   ASSERT_TRUE(g);
   for (uint64_t count : {uint64_t{1}, uint64_t{4099}, uint64_t{1} << 20}) {
     for (int root = 0; root < n; ++root) {
@@ -188,8 +196,8 @@ TEST_P(Collectives, BroadcastFromEveryRoot) {
 }
 
 TEST_P(Collectives, BarrierWaitsForEveryRanksStream) {
-  const int n = GetParam();
-  auto g = make_group(n);
+  const int n = ranks();
+  auto g = group();
   ASSERT_TRUE(g);
   auto ranks = rank_buffers(*g, 64);
   std::promise<void> release;
@@ -211,7 +219,9 @@ TEST_P(Collectives, BarrierWaitsForEveryRanksStream) {
 
 // The sums the stream's thread forms (host_sums, the default on simulated NPUs) are
 // byte for byte the sum kernels' (host_sums off), f32 and bf16, on every rank.
-TEST_P(Collectives, HostSumsGiveTheSumKernelsBytes) {
+class CollectiveSums : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveSums, HostSumsGiveTheSumKernelsBytes) {
   const int n = GetParam();
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
     for (uint64_t count : {uint64_t{3}, uint64_t{640}, uint64_t{262145}}) {
@@ -248,7 +258,12 @@ TEST_P(Collectives, HostSumsGiveTheSumKernelsBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 4), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Combine(::testing::Values(2, 4), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "devices" +
+                                  (std::get<1>(info.param) ? "HostSums" : "KernelSums");
+                         });
+INSTANTIATE_TEST_SUITE_P(Ranks, CollectiveSums, ::testing::Values(2, 4), [](const auto& info) {
   return std::to_string(info.param) + "devices";
 });
 
