@@ -15,7 +15,6 @@
 #include "common.h"
 #include "device_objects.h"
 #include "isa_objects.h"
-#include "npurt/exec/code_registry.h"
 #include "npurt/graph/operator_sequence.h"
 #include "npurt/ops/image_operator.h"
 #include "ops_objects.h"
@@ -110,11 +109,6 @@ ops::ReferenceFn python_reference(nb::object fn, std::vector<isa::ArgSpec> sig,
 }
 
 struct PyCustom : PyOperator {};
-
-std::string hex_hash(const isa::Image& image) {
-  const exec::CodeHash h = exec::hash_code(image.bytes());
-  return std::to_string(h.hi) + ":" + std::to_string(h.lo);
-}
 
 }  // namespace
 
@@ -237,7 +231,7 @@ void device_launch(PyDevice& d, const PyImage& img, uint32_t grid, nb::kwargs kw
     }
   }
   auto op = std::make_shared<ops::ImageOperator>(std::move(p));
-  const std::string key = hex_hash(image) + " grid " + std::to_string(grid);
+  const std::string key = image_hash_hex(image) + " grid " + std::to_string(grid);
   device_call(*d.state, [&]() -> Status {
     LaunchCache& cache = launch_cache(*d.state);
     std::lock_guard<std::mutex> lock(cache.mu);

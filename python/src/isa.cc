@@ -112,13 +112,6 @@ std::vector<uint8_t> bytes_of(nb::handle data) {
   return std::vector<uint8_t>(p, p + b.size());
 }
 
-std::string hex_hash(const isa::Image& image) {
-  const exec::CodeHash h = exec::hash_code(image.bytes());
-  char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(h.hi),
-                static_cast<unsigned long long>(h.lo));
-  return buf;
-}
 
 PyImage image_from(StatusOr<isa::Image> image) { return PyImage{take(std::move(image))}; }
 
@@ -129,6 +122,14 @@ std::vector<uint8_t> read_file(const std::string& path) {
 }
 
 }  // namespace
+
+std::string image_hash_hex(const isa::Image& image) {
+  const exec::CodeHash h = exec::hash_code(image.bytes());
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(h.hi),
+                static_cast<unsigned long long>(h.lo));
+  return buf;
+}
 
 void bind_isa(nb::module_& m) {
   nb::class_<PyReg>(m, "Reg", "A scalar register r0..r31 (npurt.isa.r0 ...).")
@@ -171,7 +172,7 @@ void bind_isa(nb::module_& m) {
           "line and column.")
       .def_prop_ro("name", [](const PyImage& i) { return i.image.name(); })
       .def_prop_ro("bytes", [](const PyImage& i) { return to_bytes(i.image.bytes()); }, "The image's bytes.")
-      .def_prop_ro("hash", [](const PyImage& i) { return hex_hash(i.image); },
+      .def_prop_ro("hash", [](const PyImage& i) { return image_hash_hex(i.image); },
                    "Content hash (XXH3-128, 32 hex digits): the code registry's dedup key.")
       .def(
           "signature", [](const PyImage& i) { return make_args(i.image.args()); },

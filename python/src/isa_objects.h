@@ -3,6 +3,8 @@
 // launch.cc, which runs one).
 #pragma once
 
+#include <string>
+
 #include "common.h"
 #include "npurt/isa/image.h"
 
@@ -11,5 +13,8 @@ namespace npurt::python {
 struct PyImage {
   isa::Image image;
 };
+
+// The image's content hash (the code registry's XXH3-128 dedup key), 32 hex digits.
+std::string image_hash_hex(const isa::Image& image);
 
 }  // namespace npurt::python
