@@ -140,7 +140,7 @@ struct PipelineRig {
   exec::CodeHandle code;
   std::vector<float> host_x, host_y;
   struct SlotBufs {
-    hal::DeviceAddr x = 0, y = 0, out = 0;
+    hal::DeviceAddr x{}, y{}, out{};
     std::vector<float> result;
   };
   std::vector<SlotBufs> slots;

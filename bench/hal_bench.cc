@@ -27,8 +27,8 @@ double pingpong_us();
 
 struct Sim {
   std::shared_ptr<hal::Device> dev;
-  hal::StreamId stream = 0;
-  hal::DeviceAddr empty_kernel = 0;
+  hal::StreamId stream{};
+  hal::DeviceAddr empty_kernel{};
 
   Sim() {
     pingpong_us();  // measure the floor before any simulator thread exists

@@ -23,6 +23,7 @@
 #include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 #include "npurt/memory/memory_context.h"
+#include "npurt/runtime/runtime.h"
 
 namespace {
 
@@ -48,23 +49,24 @@ struct Rig {
   isa::Image k1 = empty_kernel(1, 0);
   isa::Image k8 = empty_kernel(4, 4);
   isa::Image k9 = empty_kernel(8, 1);
-  hal::DeviceAddr a1 = 0, a8 = 0, a9 = 0;
-  std::unique_ptr<MemoryContext> ctx;
-  hal::StreamId stream = 0;
+  std::shared_ptr<Runtime> runtime;
+  exec::CodeHandle c1, c8, c9;
+  MemoryContext* ctx = nullptr;
+  hal::StreamId stream{};
 
   Rig() {
     hal::SimOptions o;
     o.global_memory_bytes = 256ull << 20;
     dev = std::move(hal::create_sim_device(o)).value();
-    for (auto [image, addr] : {std::pair{&k1, &a1}, {&k8, &a8}, {&k9, &a9}}) {
-      *addr = dev->allocate(image->bytes().size()).value();
-      if (!dev->upload_code(*addr, *image).ok()) std::abort();
+    runtime = std::move(Runtime::create(dev)).value();
+    for (auto [image, code] : {std::pair{&k1, &c1}, {&k8, &c8}, {&k9, &c9}}) {
+      *code = runtime->registry().register_image(*image).value();
     }
-    ctx = std::move(MemoryContext::create(dev).value());
+    ctx = &runtime->memory();
     stream = dev->create_stream().value();  // after every upload
   }
   ~Rig() {
-    ctx.reset();
+    runtime->close();
     dev->destroy_stream(stream).ignore();
   }
 };
@@ -93,11 +95,11 @@ class NullDevice final : public hal::Device {
     return a;
   }
   Status free(hal::DeviceAddr) override { return ok_status(); }
-  StatusOr<hal::StreamId> create_stream() override { return ++next_id_; }
+  StatusOr<hal::StreamId> create_stream() override { return hal::StreamId(++next_id_); }
   Status destroy_stream(hal::StreamId) override { return ok_status(); }
   Status stream_synchronize(hal::StreamId) override { return ok_status(); }
   StatusOr<bool> stream_query(hal::StreamId) override { return true; }
-  StatusOr<hal::EventId> create_event() override { return ++next_id_; }
+  StatusOr<hal::EventId> create_event() override { return hal::EventId(++next_id_); }
   Status destroy_event(hal::EventId) override { return ok_status(); }
   Status record_event(hal::StreamId, hal::EventId) override { return ok_status(); }
   Status wait_event(hal::StreamId, hal::EventId) override { return ok_status(); }
@@ -137,17 +139,17 @@ class NullDevice final : public hal::Device {
 
  private:
   hal::DeviceInfo info_{"null", 8, 1ull << 40, 256 << 10, 64, 64, 4};
-  hal::DeviceAddr next_addr_ = 0x1000;
+  hal::DeviceAddr next_addr_{0x1000};
   uint64_t next_id_ = 0;
   hal::Counters counters_;
 };
 
-// ns per launch of `image` over `args` through the context, in steady state.
-double context_launch_ns(MemoryContext& ctx, hal::StreamId stream, const isa::Image& image,
+// ns per launch of `code` over `args` through the context, in steady state.
+double context_launch_ns(MemoryContext& ctx, hal::StreamId stream, const exec::CodeHandle& code,
                          const std::vector<LaunchArg>& args, int launches) {
   const auto t0 = Clock::now();
   for (int i = 0; i < launches; ++i) {
-    if (!ctx.launch(stream, 0x100, image, 1, args).ok()) std::abort();
+    if (!ctx.launch(stream, code, 1, args).ok()) std::abort();
   }
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / launches;
 }
@@ -160,13 +162,15 @@ void BM_LaunchBookkeepingPerArgument(benchmark::State& state) {
   const bool tracked = state.range(0) != 0;
   auto null_device = std::make_shared<NullDevice>();
   NullDevice& dev = *null_device;
-  auto ctx = MemoryContext::create(null_device).value();
+  auto runtime = Runtime::create(null_device).value();
+  MemoryContext* ctx = &runtime->memory();
   const hal::StreamId stream = dev.create_stream().value();
-  const isa::Image k1 = empty_kernel(1, 0), k8 = empty_kernel(4, 4);
+  const exec::CodeHandle k1 = runtime->registry().register_image(empty_kernel(1, 0)).value();
+  const exec::CodeHandle k8 = runtime->registry().register_image(empty_kernel(4, 4)).value();
   std::vector<Buffer> buffers;
   std::vector<LaunchArg> args1, args8;
   hal::LaunchParams raw;
-  raw.image = 0x100;
+  raw.image = k8.address();
   for (int i = 0; i < 8; ++i) {
     BufferOptions o;
     o.name = "arg" + std::to_string(i);
@@ -223,7 +227,7 @@ void BM_SimLaunchEnqueue(benchmark::State& state) {
   std::vector<Buffer> buffers;
   std::vector<LaunchArg> args;
   hal::LaunchParams raw;
-  raw.image = r.a8;
+  raw.image = r.c8.address();
   for (int i = 0; i < 8; ++i) {
     buffers.push_back(std::move(r.ctx->create_buffer(64 << 10, {.name = "arg"}).value()));
     { auto g = r.ctx->overwrite(buffers.back().view()).value(); }
@@ -231,14 +235,14 @@ void BM_SimLaunchEnqueue(benchmark::State& state) {
     raw.args.push_back(hal::KernelArg::buffer(buffers.back().device_address(), 64 << 10));
   }
   const hal::EventId event = r.dev->create_event().value();
-  if (!r.ctx->launch(r.stream, r.a8, r.k8, 1, args).ok() || !r.ctx->synchronize().ok()) {
+  if (!r.ctx->launch(r.stream, r.c8, 1, args).ok() || !r.ctx->synchronize().ok()) {
     std::abort();
   }
   constexpr int kBatch = 64;
   for (auto _ : state) {
     const auto t0 = Clock::now();
     for (int i = 0; i < kBatch; ++i) {
-      const bool ok = through_context ? r.ctx->launch(r.stream, r.a8, r.k8, 1, args).ok()
+      const bool ok = through_context ? r.ctx->launch(r.stream, r.c8, 1, args).ok()
                                       : r.dev->launch(r.stream, raw).ok() &&
                                             r.dev->record_event(r.stream, event).ok();
       if (!ok) std::abort();
@@ -276,7 +280,7 @@ void BM_BytesPerDispatch(benchmark::State& state) {
   }
   args.emplace_back(out.view());
   { auto g = r.ctx->overwrite(arena.view()).value(); }
-  if (!r.ctx->launch(r.stream, r.a9, r.k9, 1, args).ok()) std::abort();
+  if (!r.ctx->launch(r.stream, r.c9, 1, args).ok()) std::abort();
   { auto g = r.ctx->read(out.view()).value(); }
   const hal::Counters before = r.dev->counters();
 
@@ -299,7 +303,7 @@ void BM_BytesPerDispatch(benchmark::State& state) {
         if (!r.ctx->mark_host_written(arena.view()).ok()) std::abort();
         break;
     }
-    if (!r.ctx->launch(r.stream, r.a9, r.k9, 1, args).ok()) std::abort();
+    if (!r.ctx->launch(r.stream, r.c9, 1, args).ok()) std::abort();
     auto g = r.ctx->read(out.view()).value();
     benchmark::DoNotOptimize(g.bytes().data());
     ++dispatches;

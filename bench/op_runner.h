@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "must.h"
-#include "npurt/exec/code_registry.h"
 #include "npurt/hal/sim/sim_device.h"
 #include "npurt/ops/operator.h"
+#include "npurt/runtime/runtime.h"
 #include "ops/random_inputs.h"
 
 namespace npurt::bench {
@@ -21,15 +21,15 @@ class OpRunner {
   // Scalars the operator declares are bound from `scalars` by name (raw launch bits).
   OpRunner(const ops::Operator& op, std::map<std::string, uint64_t> scalars = {}, hal::SimOptions options = {}) {
     dev_ = std::move(hal::create_sim_device(options)).value();
-    registry_ = std::make_unique<exec::CodeRegistry>(dev_);
+    runtime_ = std::move(Runtime::create(dev_)).value();
     kernel_ = std::make_unique<ops::Kernel>(std::move(op.compile(ops::Target::of(dev_->info()))).value());
-    code_ = std::move(registry_->register_image(kernel_->image)).value();
+    code_ = std::move(runtime_->registry().register_image(kernel_->image)).value();
     stream_ = dev_->create_stream().value();  // created after publishing: no stale lines
     std::mt19937 rng(7);
     params_ = {code_.address(), kernel_->grid, {}};
     for (const isa::ArgSpec& a : kernel_->args) {
       if (a.is_scalar()) {
-        params_.args.push_back(hal::KernelArg{true, 0, 0, scalars.at(a.name)});
+        params_.args.push_back(hal::KernelArg{true, hal::DeviceAddr{}, 0, scalars.at(a.name)});
         continue;
       }
       const auto bytes = testing::random_bytes_for(a, rng);
@@ -49,7 +49,7 @@ class OpRunner {
 
  private:
   std::shared_ptr<hal::Device> dev_;
-  std::unique_ptr<exec::CodeRegistry> registry_;
+  std::shared_ptr<Runtime> runtime_;  // its registry publishes the code
   std::unique_ptr<ops::Kernel> kernel_;
   exec::CodeHandle code_;
   hal::StreamId stream_{};

@@ -9,20 +9,23 @@
 // Afterwards every operation reports "device is closed"; memory that numpy arrays
 // point into (host mirrors) stays mapped until the last view goes.
 //
-// Locking and the GIL. DeviceState::mu is taken shared by every operation and
-// exclusively by close(). It is only ever taken with the GIL released (device_call),
-// so a thread waiting for it never blocks Python threads that hold it.
+// Closing and the GIL. Runtime::close() is safe against calls racing with it on any
+// object (they finish first or fail), so the module takes no lock of its own around
+// calls: close() sets `closed` (later calls fail at once as "device is closed"), then
+// closes the runtime; a call it overtook fails inside the runtime, and device_call
+// names that failure the same way. Calls run with the GIL released.
 #pragma once
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "npurt/base/status.h"
@@ -63,18 +66,25 @@ inline std::string py_str(nb::handle obj) {
 // ---- device state -----------------------------------------------------------------
 
 struct LaunchCache;  // custom.cc
+std::shared_ptr<LaunchCache> make_launch_cache();
+void clear_launch_cache(LaunchCache& cache);
 
 struct DeviceState {
-  std::shared_mutex mu;  // shared: any use; exclusive: close()
-  bool closed = false;   // guarded by mu
-  std::shared_ptr<Runtime> runtime;
+  DeviceState();
+  ~DeviceState();
+
+  std::atomic<bool> closed{false};
+  std::shared_ptr<Runtime> runtime;  // set once, before the state is shared
   // Device.launch's compiled runs, so repeating one reuses its code and stream.
-  std::shared_ptr<LaunchCache> launches;
+  const std::shared_ptr<LaunchCache> launches;
 
   MemoryContext& memory() const { return runtime->memory(); }
-  // Closes the runtime. Must be called with the GIL released. Idempotent.
+  // Closes the runtime, waiting for its work; every caller returns once it is
+  // closed. Must be called with the GIL released. Idempotent.
   void close();
-  ~DeviceState();
+
+ private:
+  std::once_flag close_once_;
 };
 
 Status closed_error();
@@ -83,17 +93,42 @@ Status closed_error();
 // interpreter exit like those of npurt.Device().
 std::shared_ptr<DeviceState> adopt_runtime(std::shared_ptr<Runtime> runtime);
 
-// Runs f() (returning Status) with the GIL released and the state's lock held
-// shared; "device is closed" when it is. Raises the resulting error.
+// Refusals of a call that raced with close() (the runtime's, in its own words) become
+// "device is closed", as for calls made after it.
+inline Status name_closed(const DeviceState& st, Status s) {
+  if (s.code() == StatusCode::kFailedPrecondition && st.closed) return closed_error();
+  return s;
+}
+
+// Runs f() (returning Status) with the GIL released; "device is closed" when it is.
+// Raises the resulting error.
 template <typename F>
 void device_call(DeviceState& st, F&& f) {
   Status s;
   {
     nb::gil_scoped_release release;
-    std::shared_lock<std::shared_mutex> lock(st.mu);
-    s = st.closed ? closed_error() : f();
+    s = st.closed ? closed_error() : name_closed(st, f());
   }
   check(s);
+}
+
+// device_call for an f() that cannot fail itself: returns what f() returns, if anything.
+template <typename F>
+auto device_run(DeviceState& st, F&& f) {
+  using R = std::invoke_result_t<F&>;
+  if constexpr (std::is_void_v<R>) {
+    device_call(st, [&] {
+      f();
+      return ok_status();
+    });
+  } else {
+    R value{};
+    device_call(st, [&] {
+      value = f();
+      return ok_status();
+    });
+    return value;
+  }
 }
 
 // Runs f() with the GIL released when the calling thread holds it (destructors).

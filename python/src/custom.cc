@@ -155,15 +155,14 @@ struct LaunchCache {
   }
 };
 
-namespace {
+std::shared_ptr<LaunchCache> make_launch_cache() { return std::make_shared<LaunchCache>(); }
 
-// Called with the device's lock held shared: the cache is made once, under its own lock.
-LaunchCache& launch_cache(DeviceState& st) {
-  static std::mutex make_mu;
-  std::lock_guard<std::mutex> lock(make_mu);
-  if (!st.launches) st.launches = std::make_shared<LaunchCache>();
-  return *st.launches;
+void clear_launch_cache(LaunchCache& cache) {
+  std::lock_guard<std::mutex> lock(cache.mu);
+  cache.entries.clear();
 }
+
+namespace {
 
 // A keyword value of Device.launch for a buffer argument: the view it names.
 const PyView& view_argument(nb::handle value, const std::string& kernel, const isa::ArgSpec& a) {
@@ -233,7 +232,7 @@ void device_launch(PyDevice& d, const PyImage& img, uint32_t grid, nb::kwargs kw
   auto op = std::make_shared<ops::ImageOperator>(std::move(p));
   const std::string key = image_hash_hex(image) + " grid " + std::to_string(grid);
   device_call(*d.state, [&]() -> Status {
-    LaunchCache& cache = launch_cache(*d.state);
+    LaunchCache& cache = *d.state->launches;
     std::lock_guard<std::mutex> lock(cache.mu);
     graph::CompiledSequence* run = cache.find(key, options.shared);
     if (run == nullptr) {

@@ -25,12 +25,14 @@ namespace npurt::python {
 
 Status closed_error() { return failed_precondition("device is closed"); }
 
+DeviceState::DeviceState() : launches(make_launch_cache()) {}
+
 void DeviceState::close() {
-  std::unique_lock<std::shared_mutex> lock(mu);
-  if (closed) return;
   closed = true;
-  if (runtime) runtime->close();  // workers drain, streams go, buffers are freed
-  launches.reset();
+  std::call_once(close_once_, [this] {
+    if (runtime) runtime->close();  // workers drain, streams go, buffers are freed
+    clear_launch_cache(*launches);
+  });
 }
 
 DeviceState::~DeviceState() {
@@ -422,11 +424,7 @@ void bind_device(nb::module_& m) {
       .def_prop_ro(
           "info",
           [](PyDevice& d) {
-            hal::DeviceInfo info;
-            device_call(*d.state, [&] {
-              info = d.state->runtime->device().info();
-              return ok_status();
-            });
+            const hal::DeviceInfo info = device_run(*d.state, [&] { return d.state->runtime->device().info(); });
             nb::dict r;
             r["name"] = info.name;
             r["num_cores"] = info.num_cores;
@@ -441,24 +439,14 @@ void bind_device(nb::module_& m) {
       .def(
           "counters",
           [](PyDevice& d) {
-            hal::Counters c;
-            device_call(*d.state, [&] {
-              c = d.state->runtime->device().counters();
-              return ok_status();
-            });
-            return counters_dict(c);
+            return counters_dict(device_run(*d.state, [&] { return d.state->runtime->device().counters(); }));
           },
           "The device's counters (monotonic since creation): bytes and transfers per "
           "direction, launches, streams, code uploads, icache hits/misses, faults, hazards.")
       .def(
           "memory_stats",
           [](PyDevice& d) {
-            MemoryStats s;
-            device_call(*d.state, [&] {
-              s = d.state->memory().stats();
-              return ok_status();
-            });
-            return memory_stats_dict(s);
+            return memory_stats_dict(device_run(*d.state, [&] { return d.state->memory().stats(); }));
           },
           "The memory context's statistics: bytes moved and why, fences, waits, tracked "
           "pages collected.")
@@ -518,12 +506,7 @@ void bind_device(nb::module_& m) {
       .def_prop_ro(
           "closed",
           [](PyDevice& d) {
-            bool closed = false;
-            without_gil([&] {
-              std::shared_lock<std::shared_mutex> lock(d.state->mu);
-              closed = d.state->closed;
-            });
-            return closed;
+            return d.state->closed.load();
           },
           "True once close() was called.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); }, nb::sig("def __enter__(self) -> Device"))
@@ -611,12 +594,7 @@ void bind_device(nb::module_& m) {
           "Downloads the buffer's device-newer bytes now.")
       .def(
           "free",
-          [](PyBuffer& b) {
-            device_call(*b.whole.state, [&] {
-              b.resource->release();
-              return ok_status();
-            });
-          },
+          [](PyBuffer& b) { device_run(*b.whole.state, [&] { b.resource->release(); }); },
           "Releases the device allocation now (or when device work using it completes). "
           "Arrays over the mirror stay valid memory; device operations on the buffer raise.")
       .def("__repr__", [](PyBuffer& b) {

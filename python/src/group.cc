@@ -12,7 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -174,23 +174,28 @@ class PyDeviceGroup {
 
   // Enqueues enqueue(r) for every rank, then waits for every rank's stream; raises
   // the first failure. Without the GIL, one collective of the group at a time (ranks
-  // must issue theirs in the same order), every device held open.
+  // must issue theirs in the same order). A device closed meanwhile fails it as
+  // "device is closed", naming the rank.
   void run(const std::string& what, const std::function<Status(int)>& enqueue) {
     Status s;
     {
       nb::gil_scoped_release release;
       std::lock_guard<std::mutex> one_at_a_time(mu_);
-      std::vector<std::shared_lock<std::shared_mutex>> open;
-      for (const auto& st : states_) open.emplace_back(st->mu);
       s = run_locked(what, enqueue);
+      if (s.code() == StatusCode::kFailedPrecondition) s = closed_rank(what).value_or(s);
     }
     check(s);
   }
 
-  Status run_locked(const std::string& what, const std::function<Status(int)>& enqueue) {
+  std::optional<Status> closed_rank(const std::string& what) const {
     for (int r = 0; r < size(); ++r) {
       if (states_[r]->closed) return closed_error().with_context(what + " on rank " + std::to_string(r));
     }
+    return std::nullopt;
+  }
+
+  Status run_locked(const std::string& what, const std::function<Status(int)>& enqueue) {
+    if (std::optional<Status> closed = closed_rank(what)) return *closed;
     leases_.clear();
     for (int r = 0; r < size(); ++r) {
       StatusOr<exec::SlotLease> lease = pools_[r]->acquire();

@@ -86,10 +86,7 @@ ops::Target target_for(std::optional<nb::handle> device, std::optional<uint32_t>
   ops::Target t;
   if (device && !device->is_none()) {
     PyDevice& d = nb::cast<PyDevice&>(*device);
-    device_call(*d.state, [&] {
-      t = ops::Target::of(d.state->runtime->device().info());
-      return ok_status();
-    });
+    t = device_run(*d.state, [&] { return ops::Target::of(d.state->runtime->device().info()); });
   }
   if (cores) t.cores = *cores;
   if (local_bytes) t.local_bytes = *local_bytes;

@@ -4,6 +4,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -52,22 +53,28 @@ class WorkerResource {
   ~WorkerResource() {
     without_gil([&] { release(); });
   }
-  // Waits for every submitted run to retire (called with the GIL released).
+  // Closes the worker: waits for every submitted run to retire (called with the GIL
+  // released). Worker::close is safe against calls racing with it.
   void release() {
-    std::unique_lock<std::shared_mutex> lock(mu);
-    worker.reset();
+    if (std::shared_ptr<exec::Worker> w = worker.exchange(nullptr)) w->close();
   }
-  // Runs f(worker) under the worker's shared lock; "worker is closed" once released.
+  // Runs f(worker); "worker is closed" once released, and for a call it overtook.
   template <typename F>
   Status use(F&& f) {
-    std::shared_lock<std::shared_mutex> lock(mu);
-    if (!worker) return failed_precondition("worker is closed");
-    return f(*worker);
+    std::shared_ptr<exec::Worker> w = worker.load();
+    if (!w) return worker_closed();
+    return named(f(*w));
   }
+  // A refusal because the worker or its device closed meanwhile, in the module's words.
+  Status named(Status s) const {
+    if (s.code() != StatusCode::kFailedPrecondition) return s;
+    if (!worker.load()) return worker_closed();
+    return name_closed(*state, std::move(s));
+  }
+  static Status worker_closed() { return failed_precondition("worker is closed"); }
 
   const std::shared_ptr<DeviceState> state;
-  std::shared_mutex mu;  // shared: submit, drain, stats; exclusive: release
-  std::shared_ptr<exec::Worker> worker;
+  std::atomic<std::shared_ptr<exec::Worker>> worker;
 };
 
 struct PyWorker {
@@ -76,6 +83,7 @@ struct PyWorker {
 
 struct PyRunHandle {
   exec::RunHandle handle;
+  std::shared_ptr<WorkerResource> worker;  // names a run its closing overtook
 };
 
 std::string repr_of(nb::handle h) { return nb::cast<std::string>(nb::repr(h)); }
@@ -371,7 +379,7 @@ void bind_sequence(nb::module_& m) {
             Status s;
             {
               nb::gil_scoped_release release;
-              s = h.handle.wait();
+              s = h.worker->named(h.handle.wait());
             }
             check(s);
           },
@@ -431,7 +439,7 @@ void bind_sequence(nb::module_& m) {
               return ok_status();
               });
             });
-            return PyRunHandle{std::move(handle)};
+            return PyRunHandle{std::move(handle), w.res};
           },
           "sequence"_a, "scalars"_a,
           nb::sig("def submit(self, sequence: OperatorSequence, /, **scalars: int | float) -> RunHandle"),
@@ -465,12 +473,7 @@ void bind_sequence(nb::module_& m) {
           "code publications.")
       .def(
           "close",
-          [](PyWorker& w) {
-            device_call(*w.res->state, [&] {
-              w.res->release();
-              return ok_status();
-            });
-          },
+          [](PyWorker& w) { device_run(*w.res->state, [&] { w.res->release(); }); },
           "Waits for every run to retire and releases the worker's streams; later submits "
           "raise.");
 }

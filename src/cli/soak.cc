@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/soak_workloads.h"
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 #include "npurt/isa/numeric.h"
 
@@ -206,9 +207,9 @@ class Soak {
  private:
   // ---- setup ----
   Status setup() {
-    RuntimeOptions options;
-    if (o_.mistake == SoakMistake::kNaiveCoherence) options.memory.policy = CoherencePolicy::kNaiveResidencyFlags;
-    NPURT_ASSIGN_OR_RETURN(runtime_, Runtime::create("sim", {.cores = o_.cores, .memory_bytes = 256ull << 20}, options));
+    std::optional<ScopedHazard> naive;  // read when the runtime's memory context is made
+    if (o_.mistake == SoakMistake::kNaiveCoherence) naive.emplace(Hazard::kNaiveCoherence);
+    NPURT_ASSIGN_OR_RETURN(runtime_, Runtime::create("sim", {.cores = o_.cores, .memory_bytes = 256ull << 20}));
     watchdog_.on_expiry([device = runtime_->shared_device(), log = log_] { print_recent_faults(*device, log); });
     NPURT_RETURN_IF_ERROR(warm_up_transfers());
     baseline_ = runtime_->device().counters();

@@ -19,7 +19,7 @@ namespace npurt::cli {
 // check it defeats works.
 enum class SoakMistake : uint8_t {
   kNone,
-  kNaiveCoherence,  // the runtime uses CoherencePolicy::kNaiveResidencyFlags: stale outputs
+  kNaiveCoherence,  // the runtime's memory has Hazard::kNaiveCoherence: stale outputs
   kForgetErrors,    // the soak ignores the fault ids in read errors: unsurfaced faults
   kLeakBuffer,      // the soak keeps one device buffer past teardown: leaked bytes
 };

@@ -162,10 +162,10 @@ Status RunKernels::launch(MemoryContext& memory, exec::RunContext& ctx, const Sh
                           const View& h, const View& y) const {
   const LaunchArg gemv_args[] = {LaunchArg::input(weights.get("w_f32").buffer.view()), LaunchArg::input(x),
                                  LaunchArg::output(h)};
-  NPURT_RETURN_IF_ERROR(memory.launch(ctx.stream(), code_[0].address(), gemv_kernel_.image, gemv_kernel_.grid, gemv_args));
+  NPURT_RETURN_IF_ERROR(memory.launch(ctx.stream(), code_[0], gemv_kernel_.grid, gemv_args));
   const LaunchArg add_args[] = {LaunchArg::input(h), LaunchArg::input(weights.get("bias").buffer.view()),
                                 LaunchArg::output(y)};
-  return memory.launch(ctx.stream(), code_[1].address(), add_kernel_.image, add_kernel_.grid, add_args);
+  return memory.launch(ctx.stream(), code_[1], add_kernel_.grid, add_args);
 }
 
 StatusOr<Bytes> RunKernels::reference(const SharedWeights& weights, const Bytes& x) const {

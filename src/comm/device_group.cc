@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "comm/meeting.h"
+#include "npurt/base/hazards.h"
 #include "npurt/hal/handles.h"
 #include "npurt/isa/numeric.h"
 #include "npurt/ops/elementwise.h"
@@ -48,7 +49,6 @@ struct GroupState {
   bool host_sums = false;  // options.host_sums, and every device's memory is host-addressable
   std::vector<RankState> ranks;
   Meeting meeting;
-  std::atomic<bool> skip_ordering{false};
 };
 
 }  // namespace group_detail
@@ -184,7 +184,7 @@ class InProcessCommunicator final : public Communicator {
   // with `own_slot`).
   Status push(const Round& r, hal::DeviceAddr piece, bool own_slot = true) {
     hal::StreamId on = r.stream;
-    const bool skip = g_->skip_ordering.load();
+    const bool skip = hazard_on(Hazard::kCollectivesSkipOrdering);
     if (skip) NPURT_RETURN_IF_ERROR(side_stream(&on));
     for (int j = 0; j < size(); ++j) {
       if (j == rank_ && !own_slot) continue;
@@ -386,6 +386,5 @@ void DeviceGroup::close() {
   for (RankState& r : state_->ranks) r.runtime->close();
 }
 
-void DeviceGroup::set_skip_stream_ordering_for_test(bool skip) { state_->skip_ordering.store(skip); }
 
 }  // namespace npurt::comm

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "npurt/base/hazards.h"
 #include "npurt/comm/mpi.h"
 #include "npurt/isa/numeric.h"
 
@@ -421,7 +422,7 @@ Status enqueue_direct(Runtime& runtime, const std::shared_ptr<MpiCommunicator::G
   MemoryContext* memory = &runtime.memory();  // outlives the stream's commands
   std::vector<View> views;
   for (const MemoryContext::CommandArg& a : args) views.push_back(a.view);
-  auto abandoned = [memory, views, retain = group->options.retain_abandoned_memory] {
+  auto abandoned = [memory, views, retain = !hazard_on(Hazard::kReusesAbandonedMpiMemory)] {
     if (!retain) return;
     for (const View& v : views) memory->retain_until_exit(v).ignore();
   };

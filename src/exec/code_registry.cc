@@ -58,8 +58,7 @@ struct CodeEntry {
       : state(std::move(s)),
         hash(h),
         addr(a),
-        name(image.name()),
-        bytes(image.bytes().begin(), image.bytes().end()),
+        image(image),
         published_at(epoch) {}
   ~CodeEntry() { state->release(*this); }
   CodeEntry(const CodeEntry&) = delete;
@@ -68,8 +67,7 @@ struct CodeEntry {
   std::shared_ptr<RegistryState> state;
   CodeHash hash;
   hal::DeviceAddr addr;
-  std::string name;
-  std::vector<uint8_t> bytes;  // what was uploaded: the dedup comparison reads these
+  isa::Image image;  // what was uploaded: the dedup comparison reads its bytes
   uint64_t published_at;
 };
 
@@ -90,7 +88,7 @@ void RegistryState::release(const CodeEntry& entry) {
     ++stats.free_failures;
   }
   if (trace::enabled()) {
-    trace::instant(kTraceLane, "free " + entry.name, "code",
+    trace::instant(kTraceLane, "free " + entry.image.name(), "code",
                    {{"addr", hex(entry.addr)}, {"ok", freed.ok()}});
   }
 }
@@ -107,16 +105,18 @@ CodeHash hash_code(std::span<const uint8_t> bytes) {
 
 // ---- CodeHandle ----
 
-hal::DeviceAddr CodeHandle::address() const { return entry_ ? entry_->addr : 0; }
+hal::DeviceAddr CodeHandle::address() const { return entry_ ? entry_->addr : hal::DeviceAddr{}; }
 
 CodeHash CodeHandle::hash() const { return entry_ ? entry_->hash : CodeHash{}; }
 
 const std::string& CodeHandle::name() const {
   static const std::string kEmpty;
-  return entry_ ? entry_->name : kEmpty;
+  return entry_ ? entry_->image.name() : kEmpty;
 }
 
-uint64_t CodeHandle::bytes() const { return entry_ ? entry_->bytes.size() : 0; }
+uint64_t CodeHandle::bytes() const { return entry_ ? entry_->image.bytes().size() : 0; }
+
+const isa::Image* CodeHandle::image() const { return entry_ ? &entry_->image : nullptr; }
 
 uint64_t CodeHandle::published_at() const { return entry_ ? entry_->published_at : 0; }
 
@@ -124,7 +124,7 @@ long CodeHandle::use_count() const { return entry_.use_count(); }
 
 // ---- CodeRegistry ----
 
-CodeRegistry::CodeRegistry(std::shared_ptr<hal::Device> device, CodeRegistryOptions options)
+CodeRegistry::CodeRegistry(FactoryKey, std::shared_ptr<hal::Device> device, CodeRegistryOptions options)
     : state_(std::make_shared<RegistryState>(std::move(device), std::move(options))) {}
 
 CodeRegistry::~CodeRegistry() = default;
@@ -150,7 +150,7 @@ StatusOr<CodeHandle> CodeRegistry::register_image(const isa::Image& image) {
     for (const RegistryState::Resident& r : it->second) {
       std::shared_ptr<const CodeEntry> entry = r.weak.lock();
       if (!entry) continue;  // its last holder is releasing it right now
-      if (std::equal(entry->bytes.begin(), entry->bytes.end(), bytes.begin(), bytes.end())) {
+      if (std::ranges::equal(entry->image.bytes(), bytes)) {
         ++s.stats.dedup_hits;
         ++s.stats.registrations;
         if (trace::enabled()) {

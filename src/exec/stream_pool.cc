@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "npurt/base/hazards.h"
 #include "npurt/isa/builder.h"
 
 namespace npurt::exec {
@@ -17,7 +18,7 @@ StatusOr<isa::Image> prime_image() {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<StreamPool>> StreamPool::make(std::string name,
+StatusOr<std::unique_ptr<StreamPool>> StreamPool::make(FactoryKey, std::string name,
                                                        std::shared_ptr<hal::Device> device,
                                                        std::shared_ptr<CodeRegistry> registry,
                                                        StreamPoolOptions options) {
@@ -33,8 +34,10 @@ StatusOr<std::unique_ptr<StreamPool>> StreamPool::make(std::string name,
                   return StreamHandle{s};
                 },
                 [dev](StreamHandle s) { return dev->destroy_stream(s); }};
-  NPURT_ASSIGN_OR_RETURN(pool->slots_, StreamSlots::make(std::move(ops), options.slots, options.policy));
-  if (pool->registry_ && options.prime_fresh_streams) {
+  const ReusePolicy policy =
+      hazard_on(Hazard::kNaiveStreamReuse) ? ReusePolicy::kNaiveLastImage : ReusePolicy::kPublicationAware;
+  NPURT_ASSIGN_OR_RETURN(pool->slots_, StreamSlots::make(std::move(ops), options.slots, policy));
+  if (pool->registry_ && !hazard_on(Hazard::kUnprimedStreams)) {
     NPURT_ASSIGN_OR_RETURN(isa::Image image, prime_image());
     StatusOr<CodeHandle> prime = pool->registry_->register_image(image);
     if (!prime.ok()) return prime.status().with_context(pool->name_ + ": registering the priming kernel");

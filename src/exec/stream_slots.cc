@@ -126,8 +126,8 @@ Status StreamSlots::check_lease(uint32_t slot_index, const Slot& slot,
   if (lease.stream != slot.stream) {
     return invalid_argument("lease for " + slot_name(slot_index) + " generation " +
                             std::to_string(lease.generation) + " names stream " +
-                            std::to_string(lease.stream) + ", but its run owns stream " +
-                            std::to_string(slot.stream));
+                            std::to_string(lease.stream.value()) + ", but its run owns stream " +
+                            std::to_string(slot.stream.value()));
   }
   return ok_status();
 }
@@ -158,7 +158,7 @@ Status StreamSlots::destroy_condemned_stream(uint32_t slot_index, Slot& slot,
     slot.last_destroy_error = destroyed;
     return failed_precondition(slot_name(slot_index) +
                                " is stranded: destroying its stale stream " +
-                               std::to_string(slot.stream) + " failed: " +
+                               std::to_string(slot.stream.value()) + " failed: " +
                                destroyed.to_string());
   }
   ++stats.d.streams_destroyed;

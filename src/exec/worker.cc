@@ -122,13 +122,13 @@ Status RunContext::launch(const CodeHandle& code, uint32_t grid,
 
 Status RunContext::wait_for_previous_run() const {
   NPURT_RETURN_IF_ERROR(check_lease());
-  if (previous_event_ == 0) return ok_status();
+  if (!previous_event_) return ok_status();
   return device_->wait_event(stream(), previous_event_);
 }
 
 // ---- Worker ----
 
-StatusOr<std::unique_ptr<Worker>> Worker::make(std::shared_ptr<CodeRegistry> registry,
+StatusOr<std::unique_ptr<Worker>> Worker::make(FactoryKey, std::shared_ptr<CodeRegistry> registry,
                                                WorkerOptions options) {
   if (!registry) return invalid_argument("Worker: no code registry");
   std::unique_ptr<Worker> worker(new Worker(std::move(registry), options));
@@ -143,10 +143,8 @@ Worker::Worker(std::shared_ptr<CodeRegistry> registry, WorkerOptions options)
       options_(options) {}
 
 Status Worker::init() {
-  NPURT_ASSIGN_OR_RETURN(pool_, StreamPool::make("worker " + std::to_string(id_), device_, registry_,
-                                                 {.slots = options_.depth,
-                                                  .policy = options_.policy,
-                                                  .prime_fresh_streams = options_.prime_fresh_streams}));
+  NPURT_ASSIGN_OR_RETURN(pool_, StreamPool::make(FactoryKey(), "worker " + std::to_string(id_), device_, registry_,
+                                                 {.slots = options_.depth}));
   for (uint32_t i = 0; i < options_.depth; ++i) {
     NPURT_ASSIGN_OR_RETURN_CTX(hal::Event event, hal::Event::create(device_), "creating slot events");
     slot_events_.push_back(std::move(event));
@@ -239,7 +237,7 @@ void Worker::stage(Run& run, RunFn& fn) {
 
   const bool has_previous = run.id > 0 && options_.depth > 1;
   const hal::EventId previous =
-      has_previous ? slot_events_[(run.slot + options_.depth - 1) % options_.depth].id() : 0;
+      has_previous ? slot_events_[(run.slot + options_.depth - 1) % options_.depth].id() : hal::EventId{};
   RunContext ctx(this, device_.get(), *lease, run.id, std::move(code_addrs), previous);
   staging_run_.store(run.id, std::memory_order_release);
   Status staged;
@@ -347,7 +345,7 @@ void Worker::wait_until_complete(Run& run) {
 void Worker::retire(Run& run) {
   Status final_status = run.status;
   RunOutcome outcome = RunOutcome::kFailed;
-  hal::StreamId stream = 0;
+  hal::StreamId stream{};
   bool fresh = false;
   if (run.lease) {
     stream = static_cast<hal::StreamId>(run.lease->stream);
@@ -369,7 +367,7 @@ void Worker::retire(Run& run) {
       outcome = RunOutcome::kAbandoned;
     } else if (run.timed_out) {
       final_status = deadline_exceeded("did not finish within " + std::to_string(options_.run_timeout.count()) +
-                                       " ms; its stream " + std::to_string(stream) + " was aborted (" +
+                                       " ms; its stream " + std::to_string(stream.value()) + " was aborted (" +
                                        synced.to_string() + ")" + staging);
       outcome = RunOutcome::kTimedOut;
     } else if (!final_status.ok()) {

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <set>
 
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 #include "npurt/isa/builder.h"
 #include "npurt/isa/numeric.h"
@@ -592,7 +593,7 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
         }
       }
       std::vector<bool> barrier_after = plan_barriers(access);
-      if (!options.plan_barriers) barrier_after.assign(barrier_after.size(), false);
+      if (hazard_on(Hazard::kNoStepBarriers)) barrier_after.assign(barrier_after.size(), false);
       uint32_t grid = 1;
       std::vector<std::pair<size_t, uint32_t>> barrier_steps;  // steps with a barrier of their own, and their grid
       for (size_t i = first; i < last; ++i) {
@@ -628,8 +629,7 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
   }
   // After the code is registered, so the pool's first stream is fresh for all of it.
   NPURT_ASSIGN_OR_RETURN(seq->streams_,
-                         runtime.make_stream_pool("sequence '" + name_ + "'",
-                                                  {.prime_fresh_streams = options.prime_stream}));
+                         runtime.make_stream_pool("sequence '" + name_ + "'"));
   return seq;
 }
 
@@ -695,7 +695,7 @@ Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
       NPURT_RETURN_IF_ERROR(k.command->enqueue(stream, args).with_context("sequence '" + name_ + "'"));
       continue;
     }
-    NPURT_RETURN_IF_ERROR(runtime_->memory().launch(stream, k.code.address(), *k.image, k.grid, args));
+    NPURT_RETURN_IF_ERROR(runtime_->memory().launch(stream, k.code, k.grid, args));
   }
   return ok_status();
 }

@@ -7,7 +7,7 @@ namespace npurt::hal {
 KernelArg KernelArg::scalar_f32(float v) {
   uint32_t bits;
   std::memcpy(&bits, &v, sizeof bits);
-  return {true, 0, 0, bits};
+  return {true, DeviceAddr{}, 0, bits};
 }
 
 std::string_view fault_site_name(FaultSite site) {

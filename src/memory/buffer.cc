@@ -43,7 +43,7 @@ Buffer::~Buffer() { free().ignore(); }
 
 uint64_t Buffer::size() const { return state_ ? state_->size : 0; }
 const std::string& Buffer::name() const { return state_ ? state_->name : empty_name(); }
-hal::DeviceAddr Buffer::device_address() const { return state_ ? state_->device_addr : 0; }
+hal::DeviceAddr Buffer::device_address() const { return state_ ? state_->device_addr : hal::DeviceAddr{}; }
 uint8_t* Buffer::host_data() const { return state_ ? state_->mirror : nullptr; }
 bool Buffer::tracked() const { return state_ && state_->tracked.load(std::memory_order_relaxed); }
 

@@ -79,7 +79,7 @@ Status FenceTable::failure(FenceRef f) const {
 }
 
 hal::StreamId FenceTable::stream_of(FenceRef f) const {
-  if (known_done(f)) return 0;
+  if (known_done(f)) return hal::StreamId{};
   return tracks_[slots_[f.slot].track].stream;
 }
 
@@ -153,9 +153,9 @@ void FenceTable::poll() {
       if (s.state == SlotState::kFailed) {
         // Kept (with its error) for readers of the bytes it should have produced;
         // its event is no longer needed.
-        if (s.event != 0) {
+        if (s.event) {
           device_->destroy_event(s.event).ignore();
-          s.event = 0;
+          s.event = hal::EventId{};
           --stats_.events_live;
         }
       } else {
@@ -179,9 +179,9 @@ Status FenceTable::wait_all() {
 
 void FenceTable::destroy() {
   for (Slot& s : slots_) {
-    if (s.event == 0) continue;
+    if (!s.event) continue;
     device_->destroy_event(s.event).ignore();
-    s.event = 0;
+    s.event = hal::EventId{};
   }
   stats_.events_live = 0;
   slots_.clear();

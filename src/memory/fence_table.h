@@ -93,7 +93,7 @@ class FenceTable {
  private:
   enum class SlotState : uint8_t { kFree, kPending, kFailed };
   struct Slot {
-    hal::EventId event = 0;
+    hal::EventId event{};
     uint32_t generation = 1;
     uint32_t track = 0;  // index into tracks_ while pending
     uint64_t seq = 0;    // position on its stream
@@ -103,7 +103,7 @@ class FenceTable {
   // What the table knows about one stream. A track whose pending list is empty may
   // be reassigned to another stream: no live fence refers to it.
   struct Track {
-    hal::StreamId stream = 0;
+    hal::StreamId stream{};
     uint64_t recorded = 0;  // seq of the last fence recorded on it
     uint64_t done = 0;      // every fence with seq <= done has completed
     std::deque<uint32_t> pending;

@@ -152,18 +152,20 @@ StatusOr<LaunchPlan> MemoryCore::plan_launch(hal::StreamId stream, const isa::Im
   return out;
 }
 
-Status MemoryCore::launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image,
-                          uint32_t grid, std::span<const LaunchArg> args) {
+Status MemoryCore::launch(hal::StreamId stream, const exec::CodeHandle& code, uint32_t grid,
+                          std::span<const LaunchArg> args) {
+  if (!code) return invalid_argument("launch: the code handle is empty (unregistered or moved from)");
   std::lock_guard<std::mutex> lock(mu_);
   reap_deferred_frees();
-  NPURT_RETURN_IF_ERROR(plan_kernel(stream, image, grid, args));
-  return execute_launch(code, image, grid, args);
+  release_finished_code();
+  NPURT_RETURN_IF_ERROR(plan_kernel(stream, *code.image(), grid, args));
+  return execute_launch(code, grid, args);
 }
 
-Status MemoryCore::execute_launch(hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
-                                  std::span<const LaunchArg> args) {
-  return execute_plan([&] { return launch_text(image); }, [&](hal::StreamId stream) {
-    params_.image = code;
+Status MemoryCore::execute_launch(const exec::CodeHandle& code, uint32_t grid, std::span<const LaunchArg> args) {
+  const isa::Image& image = *code.image();
+  const auto work = [&](hal::StreamId stream) {
+    params_.image = code.address();
     params_.grid = grid;
     params_.args.clear();
     for (const LaunchArg& a : args) {
@@ -171,11 +173,12 @@ Status MemoryCore::execute_launch(hal::DeviceAddr code, const isa::Image& image,
         const View& v = a.view();
         params_.args.push_back(hal::KernelArg::buffer(v.buffer_->device_addr + v.offset(), v.size()));
       } else {
-        params_.args.push_back(hal::KernelArg{true, 0, 0, a.scalar_bits()});
+        params_.args.push_back(hal::KernelArg{true, hal::DeviceAddr{}, 0, a.scalar_bits()});
       }
     }
     return device_->launch(stream, params_);
-  });
+  };
+  return execute_plan([&] { return launch_text(image); }, work, &code);
 }
 
 Status MemoryCore::enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
@@ -193,7 +196,7 @@ Status MemoryCore::enqueue_command(hal::StreamId stream, std::string_view name, 
 }
 
 Status MemoryCore::execute_plan(const std::function<std::string()>& what,
-                                const std::function<Status(hal::StreamId)>& work) {
+                                const std::function<Status(hal::StreamId)>& work, const exec::CodeHandle* code) {
   const Plan& p = plan_;
   for (const FenceRef& w : p.waits) {
     NPURT_RETURN_IF_ERROR_CTX(fences_.device_wait(p.stream, w), what() + ": waiting for earlier work");
@@ -237,7 +240,10 @@ Status MemoryCore::execute_plan(const std::function<std::string()>& what,
   ++stats_.launches;
   commit(fence);
   if (staged != 0) pending_staging_.push_back({fence, std::move(staging)});
-  if (recorded.ok()) return ok_status();
+  if (recorded.ok()) {
+    if (code != nullptr && hold_launched_code_) held_code_.push_back({fence, *code});
+    return ok_status();
+  }
   Status failed = recorded.status().with_context(what() + ": recording its completion");
   // The stream's own error, when an earlier command on it failed, is told as well.
   if (untracked.ok() || untracked.code() == StatusCode::kAborted) return failed;

@@ -4,22 +4,9 @@
 
 namespace npurt {
 
-const char* coherence_policy_name(CoherencePolicy policy) {
-  switch (policy) {
-    case CoherencePolicy::kExact: return "exact";
-    case CoherencePolicy::kNaiveResidencyFlags: return "naive-residency-flags";
-  }
-  return "unknown";
-}
-
 StatusOr<std::unique_ptr<MemoryContext>> MemoryContext::create(std::shared_ptr<hal::Device> device,
                                                                MemoryOptions options) {
   if (!device) return invalid_argument("MemoryContext: no device");
-  if (options.policy != CoherencePolicy::kExact &&
-      options.policy != CoherencePolicy::kNaiveResidencyFlags) {
-    return invalid_argument("MemoryOptions::policy " +
-                            std::to_string(static_cast<int>(options.policy)) + " is not a policy");
-  }
   auto core = std::make_shared<memory_detail::MemoryCore>(std::move(device), options);
   NPURT_RETURN_IF_ERROR(core->open().with_context("creating the memory context's transfer streams"));
   return std::unique_ptr<MemoryContext>(new MemoryContext(std::move(core)));
@@ -50,9 +37,9 @@ Status MemoryContext::to_host(const View& view) { return core_->to_host(view); }
 Status MemoryContext::drop_host_copy(const View& view) { return core_->drop_host_copy(view); }
 Status MemoryContext::retain_until_exit(const View& view) { return core_->retain_until_exit(view); }
 
-Status MemoryContext::launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image,
-                             uint32_t grid, std::span<const LaunchArg> args) {
-  return core_->launch(stream, code, image, grid, args);
+Status MemoryContext::launch(hal::StreamId stream, const exec::CodeHandle& code, uint32_t grid,
+                             std::span<const LaunchArg> args) {
+  return core_->launch(stream, code, grid, args);
 }
 StatusOr<LaunchPlan> MemoryContext::plan_launch(hal::StreamId stream, const isa::Image& image,
                                                 uint32_t grid, std::span<const LaunchArg> args) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 
 namespace npurt::memory_detail {
@@ -36,14 +37,17 @@ MemoryCore::MemoryCore(std::shared_ptr<hal::Device> device, MemoryOptions option
     : device_(std::move(device)),
       options_(options),
       page_(PageWriteTracker::page_size()),
+      naive_coherence_(hazard_on(Hazard::kNaiveCoherence)),
+      resend_failed_uploads_(!hazard_on(Hazard::kNoResendOfFailedUploads)),
+      hold_launched_code_(!hazard_on(Hazard::kLaunchesDropTheirCode)),
       fences_(*device_),
-      coherence_(make_coherence_rules(options.policy)),
-      ordering_(make_ordering_rules(options.order_conflicting_work, fences_)) {}
+      coherence_(make_coherence_rules(naive_coherence_)),
+      ordering_(make_ordering_rules(!hazard_on(Hazard::kUnorderedConflicts), fences_)) {}
 
 Status MemoryCore::open() {
   std::lock_guard<std::mutex> lock(mu_);
   // Transfers run no code: a pool without a registry, replaced only after a failure.
-  NPURT_ASSIGN_OR_RETURN(transfers_, exec::StreamPool::make("memory context transfers", device_, nullptr));
+  NPURT_ASSIGN_OR_RETURN(transfers_, exec::StreamPool::make(exec::FactoryKey(), "memory context transfers", device_, nullptr));
   return ok_status();
 }
 
@@ -61,6 +65,7 @@ void MemoryCore::close() {
   for (const DeferredFree& d : deferred_) free_device_block(d.addr).ignore();
   deferred_.clear();
   pending_staging_.clear();
+  held_code_.clear();
   staging_pool_.clear();
   pooled_staging_bytes_ = 0;
   fences_.destroy();
@@ -250,8 +255,8 @@ void MemoryCore::record_raw_write(BufferState& b, uint64_t begin, uint64_t end) 
 }
 
 void MemoryCore::resend_failed_uploads(BufferState& b, ByteRange r) {
-  // The naive flags keep no ranges; the test-only switch shows what this prevents.
-  if (options_.policy != CoherencePolicy::kExact || !options_.resend_failed_uploads) return;
+  // The naive flags keep no ranges; the hazard switch shows what this prevents.
+  if (naive_coherence_ || !resend_failed_uploads_) return;
   pieces_.clear();
   b.deps.for_each_in(r.begin, r.end, [&](uint64_t db, uint64_t de, const DepState& d) {
     if (fences_.failure(d.writer).ok()) return;
@@ -287,7 +292,7 @@ Status MemoryCore::plan_transfer(BufferState& b, ByteRange r, bool upload) {
       NPURT_RETURN_IF_ERROR(absorb_dirty(b, d.begin, d.end));
     }
   }
-  plan_.reset(upload, /*is_launch=*/false, 0);
+  plan_.reset(upload, /*is_launch=*/false, hal::StreamId{});
   plan_.bindings.push_back({&b, r, isa::Access::kIn});
   coherence_->plan_moves(plan_);
   ordering_->plan_waits(plan_);
@@ -417,6 +422,12 @@ void MemoryCore::recycle_staging() {
     pooled_staging_bytes_ += s.capacity;
     staging_pool_.push_back(std::move(s));
   }
+}
+
+void MemoryCore::release_finished_code() {
+  // Fences of one stream complete in order; across streams the front may wait for a
+  // slower stream, which only holds the others a little longer.
+  while (!held_code_.empty() && fences_.known_done(held_code_.front().fence)) held_code_.pop_front();
 }
 
 MemoryCore::Staging MemoryCore::take_staging(uint64_t bytes) {
@@ -571,6 +582,7 @@ Status MemoryCore::synchronize() {
   Status s = fences_.wait_all();
   reap_deferred_frees();
   recycle_staging();
+  release_finished_code();
   return s;
 }
 

@@ -89,7 +89,7 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
 
   StatusOr<LaunchPlan> plan_launch(hal::StreamId stream, const isa::Image& image, uint32_t grid,
                                    std::span<const LaunchArg> args);
-  Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
+  Status launch(hal::StreamId stream, const exec::CodeHandle& code, uint32_t grid,
                 std::span<const LaunchArg> args);
   Status enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
                          const MemoryContext::EnqueueCommand& enqueue);
@@ -108,6 +108,11 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   struct DeferredFree {
     hal::DeviceAddr addr;
     std::vector<FenceRef> fences;
+  };
+  // A launched image, held until the launch's fence completes.
+  struct HeldCode {
+    FenceRef fence;
+    exec::CodeHandle code;
   };
 
   Status check_open() const;
@@ -141,11 +146,12 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Status plan_views(hal::StreamId stream, const std::function<std::string(size_t)>& label);
   // Executing plan_, then committing its effects (fence: the plan's completion).
   Status execute_transfer(BufferState& b);
-  Status execute_launch(hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
-                        std::span<const LaunchArg> args);
+  Status execute_launch(const exec::CodeHandle& code, uint32_t grid, std::span<const LaunchArg> args);
   // The plan's waits and uploads, then `work` on the plan's stream, then the fence
-  // and commit; `what` names the operation in errors.
-  Status execute_plan(const std::function<std::string()>& what, const std::function<Status(hal::StreamId)>& work);
+  // and commit; `what` names the operation in errors. `code`, where the work runs
+  // one, is held until the fence completes.
+  Status execute_plan(const std::function<std::string()>& what, const std::function<Status(hal::StreamId)>& work,
+                      const exec::CodeHandle* code = nullptr);
   void commit(FenceRef fence);
   // check_view, then a synchronous transfer of the view's stale bytes, for `what`.
   Status sync_view(const View& view, bool upload, const char* what);
@@ -160,10 +166,16 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   Staging take_staging(uint64_t bytes);
   void recycle_staging();
   void reap_deferred_frees();
+  // Drops the held code of completed launches (oldest first).
+  void release_finished_code();
 
   const std::shared_ptr<hal::Device> device_;
   const MemoryOptions options_;
   const uint64_t page_;
+  // The hazard switches (base/hazards.h) as they were when the context was made.
+  const bool naive_coherence_;
+  const bool resend_failed_uploads_;
+  const bool hold_launched_code_;
 
   mutable std::mutex mu_;
   bool closed_ = false;
@@ -176,6 +188,7 @@ class MemoryCore : public std::enable_shared_from_this<MemoryCore> {
   std::vector<Staging> staging_pool_;
   uint64_t pooled_staging_bytes_ = 0;
   std::deque<PendingStaging> pending_staging_;
+  std::deque<HeldCode> held_code_;
   MemoryStats stats_;
 
   // Device blocks retain_until_exit() kept. A lock of its own, taken after mu_ where

@@ -46,7 +46,7 @@ class ExactCoherence final : public CoherenceRules {
   }
 };
 
-// CoherencePolicy::kNaiveResidencyFlags, WRONG on purpose (memory_context.h).
+// Hazard::kNaiveCoherence, WRONG on purpose (memory_context.h).
 class NaiveResidencyFlags final : public CoherenceRules {
  public:
   bool sees_raw_writes() const override { return false; }
@@ -111,7 +111,7 @@ class ExactOrdering final : public OrderingRules {
     if (p.launch) {
       std::erase_if(p.waits, [&](FenceRef f) {
         const hal::StreamId s = fences_.stream_of(f);
-        return s == 0 || s == p.stream;
+        return !s || s == p.stream;
       });
     }
   }
@@ -132,7 +132,7 @@ class ExactOrdering final : public OrderingRules {
   const FenceTable& fences_;
 };
 
-// MemoryOptions::order_conflicting_work = false, WRONG on purpose: no waits.
+// Hazard::kUnorderedConflicts, WRONG on purpose: no waits.
 class NoOrdering final : public OrderingRules {
  public:
   void plan_waits(Plan& p) const override { p.waits.clear(); }
@@ -140,8 +140,8 @@ class NoOrdering final : public OrderingRules {
 
 }  // namespace
 
-std::unique_ptr<CoherenceRules> make_coherence_rules(CoherencePolicy policy) {
-  if (policy == CoherencePolicy::kExact) return std::make_unique<ExactCoherence>();
+std::unique_ptr<CoherenceRules> make_coherence_rules(bool naive) {
+  if (!naive) return std::make_unique<ExactCoherence>();
   return std::make_unique<NaiveResidencyFlags>();
 }
 

@@ -17,7 +17,7 @@ namespace npurt::memory_detail {
 
 struct BufferState;
 
-// The emulated production runtime's flags (CoherencePolicy::kNaiveResidencyFlags).
+// The emulated production runtime's flags (Hazard::kNaiveCoherence).
 struct NaiveFlags {
   bool resident = false;          // the whole-buffer initial upload happened
   bool dirty = false;             // one shared "host wrote something" mark
@@ -38,7 +38,7 @@ struct Plan {
 
   bool upload = true;        // moves go host -> device, else device -> host
   bool launch = false;       // bindings: a kernel's buffer arguments, else one view to sync
-  hal::StreamId stream = 0;  // a launch's stream: its own fences need no wait
+  hal::StreamId stream{};  // a launch's stream: its own fences need no wait
   std::vector<Binding> bindings;
   std::vector<Move> moves;      // by buffer, then offset; a byte at most once
   std::vector<FenceRef> waits;  // sorted, distinct
@@ -70,7 +70,8 @@ class CoherenceRules {
   // The host gave up its copy of `range` (drop_host_copy), which the device holds.
   virtual void on_host_dropped(BufferState& b, ByteRange range) const = 0;
 };
-std::unique_ptr<CoherenceRules> make_coherence_rules(CoherencePolicy policy);
+// Exact per-range rules, or the naive flags (Hazard::kNaiveCoherence).
+std::unique_ptr<CoherenceRules> make_coherence_rules(bool naive);
 
 class OrderingRules {
  public:

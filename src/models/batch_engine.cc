@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "models/find_entry.h"
 #include "npurt/base/math.h"
 
 namespace npurt::models {
@@ -24,16 +25,10 @@ StatusOr<std::unique_ptr<BatchEngine>> BatchEngine::create(std::shared_ptr<Gemma
   return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(model), std::move(tokenizer), std::move(kv)));
 }
 
-StatusOr<BatchEngine::Request*> BatchEngine::find(RequestId id) {
-  const auto it = requests_.find(id);
-  if (it == requests_.end()) return not_found(request_name(id) + " does not exist");
-  return &it->second;
-}
+StatusOr<BatchEngine::Request*> BatchEngine::find(RequestId id) { return find_entry(requests_, id, request_name); }
 
 StatusOr<const BatchEngine::Request*> BatchEngine::find(RequestId id) const {
-  const auto it = requests_.find(id);
-  if (it == requests_.end()) return not_found(request_name(id) + " does not exist");
-  return &it->second;
+  return find_entry(requests_, id, request_name);
 }
 
 Status BatchEngine::check(const EngineRequest& request) const {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 #include "npurt/comm/collective_steps.h"
 #include "npurt/isa/numeric.h"
@@ -511,7 +512,7 @@ StatusOr<ShardedStep> batched_step(const GgufFile& file, const Gemma3Config& c, 
         .head_dim = static_cast<uint32_t>(hd),
         .max_len = ctx,
         .tokens = T,
-        .window = global || o.prefill_ignores_window_for_test ? 0u : static_cast<uint32_t>(c.sliding_window),
+        .window = global || hazard_on(Hazard::kPrefillIgnoresWindow) ? 0u : static_cast<uint32_t>(c.sliding_window),
         .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
         .kv_dtype = o.kv_cache});
   };

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "models/find_entry.h"
+#include "npurt/base/hazards.h"
+
 namespace npurt::models {
 namespace {
 
@@ -25,17 +28,9 @@ KvBlocks::KvBlocks(const KvBlocksOptions& o) : options_(o), blocks_(o.blocks) {
   for (uint32_t b = o.blocks; b > 0; --b) spare_.push_back(b - 1);  // block 0 is taken first
 }
 
-StatusOr<KvBlocks::Sequence*> KvBlocks::find(SequenceId id) {
-  const auto it = seqs_.find(id);
-  if (it == seqs_.end()) return not_found(seq_name(id) + " does not exist");
-  return &it->second;
-}
+StatusOr<KvBlocks::Sequence*> KvBlocks::find(SequenceId id) { return find_entry(seqs_, id, seq_name); }
 
-StatusOr<const KvBlocks::Sequence*> KvBlocks::find(SequenceId id) const {
-  const auto it = seqs_.find(id);
-  if (it == seqs_.end()) return not_found(seq_name(id) + " does not exist");
-  return &it->second;
-}
+StatusOr<const KvBlocks::Sequence*> KvBlocks::find(SequenceId id) const { return find_entry(seqs_, id, seq_name); }
 
 KvBlocks::Key KvBlocks::key_of(const Sequence& s, size_t index) const {
   const uint32_t bp = options_.block_positions;
@@ -99,7 +94,7 @@ void KvBlocks::forget(uint32_t b) {
   ++k.generation;  // blocks keyed on this one no longer match
 }
 
-bool KvBlocks::shared(uint32_t b) const { return blocks_[b].refs > 1 && !options_.writes_shared_blocks_for_test; }
+bool KvBlocks::shared(uint32_t b) const { return blocks_[b].refs > 1 && !hazard_on(Hazard::kWritesSharedKvBlocks); }
 
 void KvBlocks::publish(const Sequence& s, size_t index) {
   const uint32_t b = s.table[index];

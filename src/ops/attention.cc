@@ -13,26 +13,9 @@ namespace {
 
 constexpr const char* kOp = "decode_attention";
 
-// How one block's work unit (a sub-group of `heads` query heads of one kv group) uses
-// local memory: the scaled queries, the output accumulator, five per-head statistics
-// columns, the score tile (heads x tile_t) and one K-or-V tile (tile_t x head_dim in
-// the cache dtype; V reuses K's space once the scores are computed).
-struct Layout {
-  uint32_t heads = 0, dim = 0, tile_t = 0, kv_esize = 0;
-
-  uint64_t q() const { return 0; }
-  uint64_t o() const { return q() + uint64_t{heads} * dim * 4; }
-  uint64_t stat(int i) const { return o() + uint64_t{heads} * dim * 4 + uint64_t{heads} * 4 * i; }
-  uint64_t scores() const { return stat(kNumStats); }
-  uint64_t kv() const { return scores() + uint64_t{heads} * tile_t * 4; }
-  uint64_t end() const { return kv() + uint64_t{tile_t} * dim * kv_esize; }
-
-  // Bytes that do not depend on tile_t, and those each position of a tile adds.
-  uint64_t fixed_bytes() const { return scores(); }
-  uint64_t per_position_bytes() const { return uint64_t{heads} * 4 + uint64_t{dim} * kv_esize; }
-
-  static constexpr int kNumStats = 5;  // running max, tile max, rescale factor, running sum, tile sum
-};
+// One block's work unit is a sub-group of `heads` query heads of one kv group; its
+// tiles hold `positions` (tile_t) positions.
+using Layout = AttentionUnitLayout;
 
 // The largest divisor d of `group` with kv_heads * d <= cores: how many sub-groups each
 // kv group's query heads are split into so that the units fill the cores.
@@ -92,13 +75,14 @@ StatusOr<Plan> plan_for(const DecodeAttentionParams& p, const Target& target) {
   if (p.tile_t == 0) {
     // As many positions per tile as fit: fewer, larger instructions.
     const uint64_t fit = (target.local_bytes - lay.fixed_bytes()) / lay.per_position_bytes();
-    lay.tile_t = static_cast<uint32_t>(std::min<uint64_t>(fit, p.max_len));
+    lay.positions = static_cast<uint32_t>(std::min<uint64_t>(fit, p.max_len));
     return plan;
   }
-  lay.tile_t = p.tile_t;
-  if (lay.end() > target.local_bytes) {
-    return invalid_param(kOp, "tile_t", "needs " + std::to_string(lay.end()) + " bytes of local memory, cores have " +
-                                             std::to_string(target.local_bytes));
+  lay.positions = p.tile_t;
+  if (lay.kv_end() > target.local_bytes) {
+    return invalid_param(kOp, "tile_t",
+                         "needs " + std::to_string(lay.kv_end()) + " bytes of local memory, cores have " +
+                             std::to_string(target.local_bytes));
   }
   return plan;
 }
@@ -154,7 +138,7 @@ void emit_static_tiles(isa::KernelBuilder& b, const Layout& lay) {
 // by exp(m - m_new), then this tile's exp(s - m_new) weights are added.
 void emit_tile(isa::KernelBuilder& b, const DecodeAttentionParams& p, const Layout& lay, uint8_t k_cache,
                uint8_t v_cache) {
-  const int64_t tile_t = lay.tile_t;
+  const int64_t tile_t = lay.positions;
   b.alui(AluOp::kMin, kRows, kLeft, tile_t);  // the last tile may be short
   b.tdef(kKv, p.kv_dtype, kRows, static_cast<int>(lay.dim), static_cast<uint32_t>(lay.kv()));
   b.tdef(kScores, DType::kF32, static_cast<int>(lay.heads), kRows, static_cast<uint32_t>(lay.scores()));
@@ -197,9 +181,9 @@ StatusOr<SplitLayout> split_layout_for(const DecodeAttentionParams& p, const Tar
   SplitLayout sl;
   sl.chunk = {group, p.head_dim, chunk_of(p), static_cast<uint32_t>(isa::dtype_size(p.kv_dtype))};
   sl.dim = p.head_dim;
-  if (sl.chunk.end() > target.local_bytes) {
-    return invalid_param(kOp, "tile_t", "with split_positions a chunk of " + std::to_string(sl.chunk.tile_t) +
-                                            " positions needs " + std::to_string(sl.chunk.end()) +
+  if (sl.chunk.kv_end() > target.local_bytes) {
+    return invalid_param(kOp, "tile_t", "with split_positions a chunk of " + std::to_string(sl.chunk.positions) +
+                                            " positions needs " + std::to_string(sl.chunk.kv_end()) +
                                             " bytes of local memory, cores have " + std::to_string(target.local_bytes));
   }
   if (sl.combine_end() > target.local_bytes) {
@@ -250,7 +234,7 @@ void emit_round_robin(isa::KernelBuilder& b, Reg units, Reg rotate, int64_t grid
 void emit_chunk_unit(isa::KernelBuilder& b, const DecodeAttentionParams& p, const SplitLayout& sl, uint8_t q,
                      uint8_t k_cache, uint8_t v_cache, uint8_t partials, float scale) {
   const Layout& lay = sl.chunk;
-  const int64_t chunk = lay.tile_t, kv = p.n_kv_heads, chunks = static_cast<int64_t>(chunks_of(p));
+  const int64_t chunk = lay.positions, kv = p.n_kv_heads, chunks = static_cast<int64_t>(chunks_of(p));
   const int64_t rec = static_cast<int64_t>(record_elems(p));
   b.alui(AluOp::kRem, sG, sU, kv);
   b.alui(AluOp::kDiv, sJ, sU, kv);
@@ -409,7 +393,7 @@ StatusOr<uint32_t> emit_split(EmitContext& ctx, const DecodeAttentionParams& p) 
   emit_combine_unit(b, p, sl, partials, out);
   b.alui(AluOp::kAdd, sU, sU, grid);
   b.loop_end();
-  b.reserve_local(static_cast<uint32_t>(std::max(lay.end(), sl.combine_end())));
+  b.reserve_local(static_cast<uint32_t>(std::max(lay.kv_end(), sl.combine_end())));
   return static_cast<uint32_t>(grid);
 }
 
@@ -486,12 +470,12 @@ StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
     b.li(kQueryOff, 0);
     b.loop_begin(kQueries);
     b.alu(AluOp::kAdd, kLen, kLenFirst, kQuery);
-    emit_range_of_len(b, p_, lay.tile_t);
+    emit_range_of_len(b, p_, lay.positions);
     b.mov(kUnit, kUnitFirst);
     b.alui(AluOp::kMul, kQOff, kUnit, unit_q_bytes);
     b.alu(AluOp::kAdd, kQOff, kQOff, kQueryOff);
   } else {
-    emit_position_range(b, p_, len, lay.tile_t);
+    emit_position_range(b, p_, len, lay.positions);
     b.alui(AluOp::kMul, kQOff, kUnit, unit_q_bytes);  // units are consecutive runs of query heads
   }
   b.loop_begin(kUnitCount);
@@ -517,7 +501,7 @@ StatusOr<uint32_t> DecodeAttention::emit(EmitContext& ctx) const {
     b.alui(AluOp::kAdd, kQueryOff, kQueryOff, int64_t{p_.n_heads} * p_.head_dim * 4);
     b.loop_end();
   }
-  b.reserve_local(static_cast<uint32_t>(lay.end()));
+  b.reserve_local(static_cast<uint32_t>(lay.kv_end()));
   return static_cast<uint32_t>(plan.grid);
 }
 

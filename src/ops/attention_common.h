@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -93,6 +94,27 @@ void attend_reference(const P& p, const float* q, const std::vector<float>& k, c
     out[d] = static_cast<float>(acc / sum);
   }
 }
+
+// Local memory of one attention work unit (`heads` query heads sharing one kv head):
+// the scaled queries, the output accumulator, five per-head statistics columns, the
+// score tile (heads x positions) and one K-or-V tile (positions x dim in the cache
+// dtype; V reuses K's space once the scores are computed), from offset 0.
+struct AttentionUnitLayout {
+  uint32_t heads = 0, dim = 0, positions = 0, kv_esize = 0;
+
+  uint64_t q() const { return 0; }
+  uint64_t o() const { return q() + uint64_t{heads} * dim * 4; }
+  uint64_t stat(int i) const { return o() + uint64_t{heads} * dim * 4 + uint64_t{heads} * 4 * i; }
+  uint64_t scores() const { return stat(kNumStats); }
+  uint64_t kv() const { return scores() + uint64_t{heads} * positions * 4; }
+  uint64_t kv_end() const { return kv() + uint64_t{positions} * dim * kv_esize; }
+
+  // Bytes that do not depend on `positions`, and those each position adds.
+  uint64_t fixed_bytes() const { return scores(); }
+  uint64_t per_position_bytes() const { return uint64_t{heads} * 4 + uint64_t{dim} * kv_esize; }
+
+  static constexpr int kNumStats = 5;  // running max, tile max, rescale factor, running sum, tile sum
+};
 
 // Per-row statistics (rows x 1 tiles), the score tile (rows x positions) and the
 // output accumulator (rows x dim) of an attention kernel.

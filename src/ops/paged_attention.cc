@@ -15,25 +15,16 @@ namespace {
 constexpr const char* kOp = "paged_decode_attention";
 
 // Local memory of one unit (the query heads of one kv group of one sequence): the
-// scaled queries, the output accumulator, five per-head statistics columns, the score
-// tile (heads x block_positions), one K-or-V tile (a block's rows) and the i32 slot
-// that table entries and lengths are read through.
-struct Layout {
-  uint32_t heads = 0, dim = 0, block = 0, kv_esize = 0;
-
-  uint64_t q() const { return 0; }
-  uint64_t o() const { return q() + uint64_t{heads} * dim * 4; }
-  uint64_t stat(int i) const { return o() + uint64_t{heads} * dim * 4 + uint64_t{heads} * 4 * i; }
-  uint64_t scores() const { return stat(kNumStats); }
-  uint64_t kv() const { return scores() + uint64_t{heads} * block * 4; }
-  uint64_t slot() const { return align64(kv() + uint64_t{block} * dim * kv_esize); }
+// shared attention unit layout over one block's rows (block_positions), then the i32
+// slot that table entries and lengths are read through.
+struct Layout : AttentionUnitLayout {
+  uint64_t slot() const { return align64(kv_end()); }
   uint64_t end() const { return slot() + 4; }
-
-  static constexpr int kNumStats = 5;  // running max, tile max, rescale factor, running sum, tile sum
 };
 
 Layout layout_of(const PagedDecodeAttentionParams& p) {
-  return {p.n_heads / p.n_kv_heads, p.head_dim, p.block_positions, static_cast<uint32_t>(isa::dtype_size(p.kv_dtype))};
+  const auto kv_esize = static_cast<uint32_t>(isa::dtype_size(p.kv_dtype));
+  return {{p.n_heads / p.n_kv_heads, p.head_dim, p.block_positions, kv_esize}};
 }
 
 int64_t position_bytes(const PagedDecodeAttentionParams& p) {

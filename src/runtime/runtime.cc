@@ -18,7 +18,7 @@ void remember(std::vector<std::weak_ptr<T>>& list, const std::shared_ptr<T>& obj
 StatusOr<std::shared_ptr<Runtime>> Runtime::create(std::shared_ptr<hal::Device> device,
                                                    RuntimeOptions options) {
   if (!device) return invalid_argument("Runtime: no device");
-  auto registry = std::make_shared<exec::CodeRegistry>(device, std::move(options.code));
+  auto registry = std::make_shared<exec::CodeRegistry>(exec::FactoryKey(), device, std::move(options.code));
   std::shared_ptr<Runtime> rt(new Runtime(device, std::move(registry)));
   NPURT_ASSIGN_OR_RETURN(rt->memory_, MemoryContext::create(std::move(device), options.memory));
   return rt;
@@ -38,7 +38,7 @@ Runtime::~Runtime() { close(); }
 StatusOr<std::shared_ptr<exec::Worker>> Runtime::make_worker(exec::WorkerOptions options) {
   NPURT_RETURN_IF_ERROR(check_open("make_worker"));
   NPURT_ASSIGN_OR_RETURN(std::shared_ptr<exec::Worker> worker,
-                         exec::Worker::make(registry_, options));
+                         exec::Worker::make(exec::FactoryKey(), registry_, options));
   std::lock_guard lock(mu_);
   remember(workers_, worker);
   return worker;
@@ -48,7 +48,7 @@ StatusOr<std::shared_ptr<exec::StreamPool>> Runtime::make_stream_pool(std::strin
                                                                       exec::StreamPoolOptions options) {
   NPURT_RETURN_IF_ERROR(check_open(name));
   NPURT_ASSIGN_OR_RETURN(std::shared_ptr<exec::StreamPool> pool,
-                         exec::StreamPool::make(std::move(name), device_, registry_, options));
+                         exec::StreamPool::make(exec::FactoryKey(), std::move(name), device_, registry_, options));
   std::lock_guard lock(mu_);
   remember(pools_, pool);
   return pool;

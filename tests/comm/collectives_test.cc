@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include "hal/sim_test_util.h"
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 #include "npurt/comm/device_group.h"
 #include "npurt/hal/handles.h"
@@ -60,18 +62,51 @@ std::vector<uint8_t> read_bytes(Runtime& rt, const View& v) {
   return std::vector<uint8_t>(g->bytes().begin(), g->bytes().end());
 }
 
-std::vector<float> random_floats(uint64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+std::vector<float> random_floats(uint64_t n, uint32_t seed) { return testing::random_floats(n, seed, -1.f, 1.f); }
 
 void sync_all(DeviceGroup& g, std::vector<RankData>& ranks) {
   for (int r = 0; r < g.size(); ++r) {
     ASSERT_TRUE(g.runtime(r).device().stream_synchronize(ranks[r].stream.id()).ok());
   }
+}
+
+// `f` as `dtype` (f32 or bf16) bytes, and such bytes as f32.
+std::vector<uint8_t> to_bytes(DType dtype, const std::vector<float>& f) {
+  std::vector<uint8_t> out(f.size() * reduce_element_bytes(dtype));
+  for (uint64_t i = 0; i < f.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &f[i], 4);
+    } else {
+      const uint16_t h = isa::f32_to_bf16(f[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> from_bytes(DType dtype, const std::vector<uint8_t>& bytes) {
+  std::vector<float> out(bytes.size() / reduce_element_bytes(dtype));
+  for (uint64_t i = 0; i < out.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      out[i] = isa::bf16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+// All-reduces every rank's buffer as `dtype`, waits for every stream and appends what
+// each rank's buffer then holds to `results`.
+void all_reduce_and_read(DeviceGroup& g, std::vector<RankData>& ranks, DType dtype,
+                         std::vector<std::vector<uint8_t>>* results) {
+  for (int r = 0; r < g.size(); ++r) {
+    ASSERT_TRUE(g.communicator(r)->all_reduce(ranks[r].stream.id(), ranks[r].buffer.view(), dtype).ok());
+  }
+  sync_all(g, ranks);
+  for (int r = 0; r < g.size(); ++r) results->push_back(read_bytes(g.runtime(r), ranks[r].buffer.view()));
 }
 
 constexpr uint64_t kSizes[] = {1, 3, 640, 4099, 262145, 1u << 20};
@@ -82,67 +117,36 @@ class Collectives : public ::testing::TestWithParam<std::tuple<int, bool>> {
  protected:
   int ranks() const { return std::get<0>(GetParam()); }
   std::shared_ptr<DeviceGroup> group() const { return make_group(ranks(), {.host_sums = std::get<1>(GetParam())}); }
+
+  // For each of kSizes: rank r's random input (seed seed_step * r + count) as `dtype`,
+  // all-reduced; rank 0 then holds the host sum of those `dtype` values within
+  // `tolerance` (relative L2), and every other rank rank 0's bytes.
+  void expect_all_reduce_matches_host_sum(DType dtype, uint32_t seed_step, double tolerance) {
+    const int n = ranks();
+    auto g = group();
+    ASSERT_TRUE(g);
+    for (uint64_t count : kSizes) {
+      SCOPED_TRACE("elements " + std::to_string(count));
+      auto ranks = rank_buffers(*g, count * reduce_element_bytes(dtype));
+      std::vector<double> sum(count, 0);
+      for (int r = 0; r < n; ++r) {
+        const std::vector<uint8_t> in =
+            to_bytes(dtype, random_floats(count, seed_step * r + static_cast<uint32_t>(count)));
+        const std::vector<float> values = from_bytes(dtype, in);
+        for (uint64_t i = 0; i < count; ++i) sum[i] += values[i];
+        write_bytes(g->runtime(r), ranks[r].buffer.view(), in.data());
+      }
+      std::vector<std::vector<uint8_t>> results;
+      ASSERT_NO_FATAL_FAILURE(all_reduce_and_read(*g, ranks, dtype, &results));
+      EXPECT_LE(rel_l2(from_bytes(dtype, results[0]), std::vector<float>(sum.begin(), sum.end())), tolerance);
+      for (int r = 1; r < n; ++r) EXPECT_EQ(results[r], results[0]) << "rank " << r;
+    }
+  }
 };
 
-TEST_P(Collectives, AllReduceF32MatchesTheHostSum) {
-  const int n = ranks();
-  auto g = group();
-  ASSERT_TRUE(g);
-  for (uint64_t count : kSizes) {
-    SCOPED_TRACE("elements " + std::to_string(count));
-    auto ranks = rank_buffers(*g, count * 4);
-    std::vector<double> sum(count, 0);
-    std::vector<std::vector<float>> inputs;
-    for (int r = 0; r < n; ++r) {
-      inputs.push_back(random_floats(count, 1000 * r + static_cast<uint32_t>(count)));
-      for (uint64_t i = 0; i < count; ++i) sum[i] += inputs[r][i];
-      write_bytes(g->runtime(r), ranks[r].buffer.view(), inputs[r].data());
-    }
-    for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(g->communicator(r)->all_reduce(ranks[r].stream.id(), ranks[r].buffer.view(), DType::kF32).ok());
-    }
-    sync_all(*g, ranks);
-    const std::vector<uint8_t> first = read_bytes(g->runtime(0), ranks[0].buffer.view());
-    std::vector<float> out(count);
-    std::memcpy(out.data(), first.data(), count * 4);
-    const std::vector<float> ref(sum.begin(), sum.end());
-    EXPECT_LE(rel_l2(out, ref), 1e-6);
-    for (int r = 1; r < n; ++r) EXPECT_EQ(read_bytes(g->runtime(r), ranks[r].buffer.view()), first) << "rank " << r;
-  }
-}
+TEST_P(Collectives, AllReduceF32MatchesTheHostSum) { expect_all_reduce_matches_host_sum(DType::kF32, 1000, 1e-6); }
 
-TEST_P(Collectives, AllReduceBf16MatchesTheHostSum) {
-  const int n = ranks();
-  auto g = group();
-  ASSERT_TRUE(g);
-  for (uint64_t count : kSizes) {
-    SCOPED_TRACE("elements " + std::to_string(count));
-    auto ranks = rank_buffers(*g, count * 2);
-    std::vector<double> sum(count, 0);
-    for (int r = 0; r < n; ++r) {
-      const std::vector<float> f = random_floats(count, 77 * r + static_cast<uint32_t>(count));
-      std::vector<uint16_t> h(count);
-      for (uint64_t i = 0; i < count; ++i) {
-        h[i] = isa::f32_to_bf16(f[i]);
-        sum[i] += isa::bf16_to_f32(h[i]);
-      }
-      write_bytes(g->runtime(r), ranks[r].buffer.view(), h.data());
-    }
-    for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(g->communicator(r)->all_reduce(ranks[r].stream.id(), ranks[r].buffer.view(), DType::kBF16).ok());
-    }
-    sync_all(*g, ranks);
-    const std::vector<uint8_t> first = read_bytes(g->runtime(0), ranks[0].buffer.view());
-    std::vector<float> out(count);
-    for (uint64_t i = 0; i < count; ++i) {
-      uint16_t h;
-      std::memcpy(&h, first.data() + 2 * i, 2);
-      out[i] = isa::bf16_to_f32(h);
-    }
-    EXPECT_LE(rel_l2(out, std::vector<float>(sum.begin(), sum.end())), 1e-2);
-    for (int r = 1; r < n; ++r) EXPECT_EQ(read_bytes(g->runtime(r), ranks[r].buffer.view()), first) << "rank " << r;
-  }
-}
+TEST_P(Collectives, AllReduceBf16MatchesTheHostSum) { expect_all_reduce_matches_host_sum(DType::kBF16, 77, 1e-2); }
 
 TEST_P(Collectives, AllGatherPlacesEveryRankInRankOrder) {
   const int n = ranks();
@@ -233,25 +237,13 @@ TEST_P(CollectiveSums, HostSumsGiveTheSumKernelsBytes) {
         ASSERT_TRUE(g);
         auto ranks = rank_buffers(*g, bytes);
         for (int r = 0; r < n; ++r) {
-          const std::vector<float> f = random_floats(count, 31 * r + static_cast<uint32_t>(count));
-          std::vector<uint8_t> in(bytes);
-          for (uint64_t i = 0; i < count; ++i) {
-            if (dtype == DType::kF32) {
-              std::memcpy(in.data() + 4 * i, &f[i], 4);
-            } else {
-              const uint16_t h = isa::f32_to_bf16(f[i]);
-              std::memcpy(in.data() + 2 * i, &h, 2);
-            }
-          }
+          const std::vector<uint8_t> in = to_bytes(dtype, random_floats(count, 31 * r + static_cast<uint32_t>(count)));
           write_bytes(g->runtime(r), ranks[r].buffer.view(), in.data());
         }
+        const size_t first = results.size();
+        ASSERT_NO_FATAL_FAILURE(all_reduce_and_read(*g, ranks, dtype, &results));
         for (int r = 0; r < n; ++r) {
-          ASSERT_TRUE(g->communicator(r)->all_reduce(ranks[r].stream.id(), ranks[r].buffer.view(), dtype).ok());
-        }
-        sync_all(*g, ranks);
-        for (int r = 0; r < n; ++r) {
-          results.push_back(read_bytes(g->runtime(r), ranks[r].buffer.view()));
-          EXPECT_EQ(results.back(), results.front()) << (host_sums ? "host sums" : "kernels") << ", rank " << r;
+          EXPECT_EQ(results[first + r], results.front()) << (host_sums ? "host sums" : "kernels") << ", rank " << r;
         }
       }
     }
@@ -289,8 +281,8 @@ TEST(CollectiveOrdering, TheCallingThreadDoesNotWaitForPeers) {
 // Each rank's new input is uploaded on its stream behind a held host function; the
 // collective must read it only after that. Returns rank 0's result.
 std::vector<float> reduce_behind_held_streams(bool skip_ordering, std::vector<float>* expected) {
+  const ScopedHazard skip(Hazard::kCollectivesSkipOrdering, skip_ordering);
   auto g = make_group(2);
-  g->set_skip_stream_ordering_for_test(skip_ordering);
   auto ranks = rank_buffers(*g, 4096 * 4);
   std::promise<void> release;
   std::shared_future<void> go = release.get_future().share();

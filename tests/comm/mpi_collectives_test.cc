@@ -20,6 +20,7 @@
 #include "npurt/comm/mpi.h"
 #include "comm/mpi_gtest.h"
 #include "npurt/isa/numeric.h"
+#include "value_or_die.h"
 
 namespace npurt::comm {
 namespace {
@@ -28,14 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kSizes[] = {1, 3, 640, 4099, 65536, 1u << 20};
 
-template <typename T>
-T must(StatusOr<T> v) {
-  if (!v.ok()) {
-    ADD_FAILURE() << v.status().to_string();
-    std::abort();
-  }
-  return std::move(v).value();
-}
+using npurt::testing::value_or_die;
 
 bool contains(const Status& s, const std::string& text) { return s.message().find(text) != std::string::npos; }
 
@@ -56,7 +50,7 @@ CommOptions options(std::chrono::milliseconds timeout) {
 struct Rank {
   std::shared_ptr<Runtime> runtime;
   std::shared_ptr<MpiCommunicator> comm;
-  hal::StreamId stream = 0;
+  hal::StreamId stream{};
 };
 
 Rank& rank() {
@@ -66,10 +60,10 @@ Rank& rank() {
 
 void open_rank() {
   Rank& r = rank();
-  r.runtime = must(Runtime::create("sim", {.cores = 2, .memory_bytes = 256ull << 20}));
+  r.runtime = value_or_die(Runtime::create("sim", {.cores = 2, .memory_bytes = 256ull << 20}));
   // Shorter than the CTest timeout, so a rank that goes astray fails the others by name.
-  r.comm = must(MpiCommunicator::create(r.runtime, options(std::chrono::milliseconds(20'000))));
-  r.stream = must(r.runtime->device().create_stream());
+  r.comm = value_or_die(MpiCommunicator::create(r.runtime, options(std::chrono::milliseconds(20'000))));
+  r.stream = value_or_die(r.runtime->device().create_stream());
 }
 
 void close_rank() {
@@ -94,10 +88,10 @@ std::vector<uint8_t> as_bytes(const std::vector<float>& v) {
   return b;
 }
 
-Buffer make_buffer(uint64_t bytes) { return must(rank().runtime->memory().create_buffer(bytes)); }
+Buffer make_buffer(uint64_t bytes) { return value_or_die(rank().runtime->memory().create_buffer(bytes)); }
 
 void write_bytes(const View& view, const void* src) {
-  WriteGuard g = must(rank().runtime->memory().overwrite(view));
+  WriteGuard g = value_or_die(rank().runtime->memory().overwrite(view));
   std::memcpy(g.bytes().data(), src, g.bytes().size());
 }
 
@@ -110,7 +104,7 @@ void poison(const View& view) {
 }
 
 std::vector<uint8_t> read_bytes(const View& view) {
-  ReadGuard g = must(rank().runtime->memory().read(view));
+  ReadGuard g = value_or_die(rank().runtime->memory().read(view));
   return {g.bytes().begin(), g.bytes().end()};
 }
 
@@ -274,7 +268,7 @@ TEST(MpiCollectives, HostThreadNotBlockedByLatePeers) {
 TEST(MpiCollectives, TwoStreamsMatchInIssueOrder) {
   MpiCommunicator& c = *rank().comm;
   hal::Device& device = rank().runtime->device();
-  const hal::StreamId other = must(device.create_stream());
+  const hal::StreamId other = value_or_die(device.create_stream());
   const hal::StreamId first = c.rank() == 0 ? rank().stream : other;
   const hal::StreamId second = c.rank() == 0 ? other : rank().stream;
   auto nap = [](const Status&) {
@@ -357,9 +351,9 @@ TEST(MpiCollectives, AgreeSpreadsTheFirstFailure) {
 // (it has no input), its peers time out, and agree() tells every rank what happened.
 // On a communicator and stream of its own: both are unusable afterwards.
 TEST(MpiCollectives, AFailedStreamSkipsItsCollectiveAndPeersTimeOut) {
-  auto c = must(MpiCommunicator::create(rank().runtime, options(std::chrono::milliseconds(1'000))));
+  auto c = value_or_die(MpiCommunicator::create(rank().runtime, options(std::chrono::milliseconds(1'000))));
   hal::Device& device = rank().runtime->device();
-  const hal::StreamId stream = must(device.create_stream());
+  const hal::StreamId stream = value_or_die(device.create_stream());
   Buffer b = make_buffer(640 * 4);
   write_bytes(b.view(), random_floats(c->rank(), 640, 8).data());
   if (c->rank() == 1) {
@@ -391,20 +385,20 @@ TEST(MpiCollectives, AFailedStreamSkipsItsCollectiveAndPeersTimeOut) {
 // so when they do, MPI completes it into rank 0's device bytes, long after the
 // collective failed and its buffer was freed. Device-direct, those bytes are kept
 // until exit: a buffer made after the timeout gets other memory and keeps its bytes,
-// and the late sum lands in the kept block. (With retain_abandoned_memory off the new
-// buffer takes the freed block and the late sum overwrites it.)
+// and the late sum lands in the kept block. (With Hazard::kReusesAbandonedMpiMemory on,
+// the new buffer takes the freed block and the late sum overwrites it.)
 TEST(MpiCollectives, MemoryMpiMayStillWriteAfterATimeoutIsNotReused) {
   const CommOptions o = options(std::chrono::milliseconds(300));
   if (!o.device_direct) GTEST_SKIP() << "staged: MPI writes host staging memory, kept until exit since ever";
-  auto c = must(MpiCommunicator::create(rank().runtime, o));
+  auto c = value_or_die(MpiCommunicator::create(rank().runtime, o));
   hal::Device& device = rank().runtime->device();
-  const hal::StreamId stream = must(device.create_stream());
+  const hal::StreamId stream = value_or_die(device.create_stream());
   constexpr uint64_t n = 640;
   const std::vector<float> ones(n, 1.f);
   Buffer a = make_buffer(n * 4);
   write_bytes(a.view(), ones.data());
   auto device_floats = [&](hal::DeviceAddr addr) {
-    const uint8_t* p = must(device.host_address(addr, n * 4, /*writes=*/false));
+    const uint8_t* p = value_or_die(device.host_address(addr, n * 4, /*writes=*/false));
     std::vector<float> v(n);
     std::memcpy(v.data(), p, n * 4);
     return v;
@@ -442,7 +436,7 @@ TEST(MpiCollectives, MemoryMpiMayStillWriteAfterATimeoutIsNotReused) {
 // wait for the dead rank.
 TEST(MpiDeadRank, PeersTimeOutWithAClearError) {
   const int me = world_rank();
-  auto c = must(MpiCommunicator::create(rank().runtime, options(std::chrono::milliseconds(2'000))));
+  auto c = value_or_die(MpiCommunicator::create(rank().runtime, options(std::chrono::milliseconds(2'000))));
   Buffer b = make_buffer(640 * 4);
   write_bytes(b.view(), random_floats(me, 640, 7).data());
   MPI_Barrier(MPI_COMM_WORLD);

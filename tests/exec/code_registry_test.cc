@@ -1,5 +1,6 @@
 // CodeRegistry on the simulated device: dedup by hash and bytes, one upload per
 // distinct image, the publication epoch, and freeing on the last holder.
+#include "exec/exec_factory.h"
 #include "npurt/exec/code_registry.h"
 
 #include <gtest/gtest.h>
@@ -22,14 +23,14 @@ isa::Image image(const char* name, isa::BinOp op) { return elementwise_kernel(na
 
 TEST(CodeRegistry, FirstRegistrationUploadsAndPublishes) {
   auto dev = make_sim();
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   EXPECT_EQ(reg.publication_epoch(), 0u);
   const isa::Image a = image("A", isa::BinOp::kAdd);
 
   auto h = reg.register_image(a);
   ASSERT_TRUE(h.ok()) << h.status().to_string();
   EXPECT_TRUE(h->valid());
-  EXPECT_NE(h->address(), 0u);
+  EXPECT_TRUE(h->address());
   EXPECT_EQ(h->name(), "A");
   EXPECT_EQ(h->bytes(), a.bytes().size());
   EXPECT_EQ(h->published_at(), 1u);
@@ -48,7 +49,7 @@ TEST(CodeRegistry, FirstRegistrationUploadsAndPublishes) {
 
 TEST(CodeRegistry, HashIsXxh3Of128BitsOverTheImageBytes) {
   auto dev = make_sim();
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   const isa::Image a = image("A", isa::BinOp::kAdd);
   auto h = reg.register_image(a);
   ASSERT_TRUE(h.ok());
@@ -60,7 +61,7 @@ TEST(CodeRegistry, HashIsXxh3Of128BitsOverTheImageBytes) {
 
 TEST(CodeRegistry, DedupHitBumpsTheRefcountAndWritesNothing) {
   auto dev = make_sim();
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   auto first = reg.register_image(image("A", isa::BinOp::kAdd));
   ASSERT_TRUE(first.ok());
   const hal::Counters before = dev->counters();
@@ -85,7 +86,7 @@ TEST(CodeRegistry, DedupHitBumpsTheRefcountAndWritesNothing) {
 
 TEST(CodeRegistry, DistinctImagesGetDistinctBlocksAndPublications) {
   auto dev = make_sim();
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   auto a = reg.register_image(image("A", isa::BinOp::kAdd));
   auto b = reg.register_image(image("B", isa::BinOp::kMul));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -103,7 +104,7 @@ TEST(CodeRegistry, EqualHashWithDifferentBytesIsADifferentImage) {
   auto dev = make_sim();
   CodeRegistryOptions o;
   o.hash = [](std::span<const uint8_t>) { return CodeHash{42, 42}; };
-  CodeRegistry reg(dev, o);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev, o);
   auto a = reg.register_image(image("A", isa::BinOp::kAdd));
   auto b = reg.register_image(image("B", isa::BinOp::kMul));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -120,7 +121,7 @@ TEST(CodeRegistry, EqualHashWithDifferentBytesIsADifferentImage) {
 
 TEST(CodeRegistry, BlockIsFreedWhenTheLastHolderGoesAndItsAddressRecycled) {
   auto dev = make_sim();
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   auto r1 = reg.register_image(image("A", isa::BinOp::kAdd));
   auto r2 = reg.register_image(image("A", isa::BinOp::kAdd));
   ASSERT_TRUE(r1.ok() && r2.ok());
@@ -153,7 +154,7 @@ TEST(CodeRegistry, BlockIsFreedWhenTheLastHolderGoesAndItsAddressRecycled) {
 
 TEST(CodeRegistry, UnregisterRejectsEmptyAndForeignHandles) {
   auto dev = make_sim();
-  CodeRegistry reg(dev), other(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev), other(npurt::testing::ExecFactory::key(), dev);
   CodeHandle empty;
   Status st = reg.unregister(empty);
   EXPECT_EQ(st.code(), StatusCode::kNotFound) << st.to_string();
@@ -177,7 +178,7 @@ TEST(CodeRegistry, HandlesMayOutliveTheRegistry) {
   auto dev = make_sim();
   CodeHandle h;
   {
-    CodeRegistry reg(dev);
+    CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
     auto r = reg.register_image(image("A", isa::BinOp::kAdd));
     ASSERT_TRUE(r.ok());
     h = *r;
@@ -195,7 +196,7 @@ TEST(CodeRegistry, AllocationFailureIsAnErrorNamingTheImageAndLeavesNothing) {
   hal::SimOptions o;
   o.global_memory_bytes = 1u << 20;
   auto dev = make_sim(o);
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   isa::KernelBuilder b("huge");
   b.add_constants(std::vector<uint8_t>(2u << 20, 1));
   b.exit();
@@ -214,7 +215,7 @@ TEST(CodeRegistry, AllocationFailureIsAnErrorNamingTheImageAndLeavesNothing) {
 // resident at most once at a time, and every block freed in the end.
 TEST(CodeRegistry, ConcurrentRegisterAndUnregisterStayConsistent) {
   auto dev = make_sim();
-  CodeRegistry reg(dev);
+  CodeRegistry reg(npurt::testing::ExecFactory::key(), dev);
   const std::vector<isa::Image> images = {image("A", isa::BinOp::kAdd), image("B", isa::BinOp::kMul),
                                           image("C", isa::BinOp::kSub), image("D", isa::BinOp::kMax)};
   std::atomic<int> errors{0};

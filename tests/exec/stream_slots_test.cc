@@ -21,7 +21,7 @@ namespace {
 // a run, or one stream to two runs at once. Knobs make creates or destroys fail.
 class FakeStreams {
  public:
-  static constexpr StreamHandle kFirstHandle = 1001;
+  static constexpr StreamHandle kFirstHandle{1001};
 
   StreamOps ops() {
     return StreamOps{[this] { return create(); },
@@ -51,10 +51,10 @@ class FakeStreams {
   void run_takes(StreamHandle h) {
     std::lock_guard lock(mu_);
     if (live_.count(h) == 0) {
-      violation("run got stream " + std::to_string(h) + ", which is not live");
+      violation("run got stream " + std::to_string(h.value()) + ", which is not live");
     }
     if (!owned_by_run_.insert(h).second) {
-      violation("stream " + std::to_string(h) + " handed to two runs at once");
+      violation("stream " + std::to_string(h.value()) + " handed to two runs at once");
     }
   }
   void run_releases(StreamHandle h) {
@@ -90,7 +90,8 @@ class FakeStreams {
       --creates_to_fail_;
       return resource_exhausted("fake: out of streams");
     }
-    StreamHandle h = next_++;
+    const StreamHandle h = next_;
+    next_ = StreamHandle(next_.value() + 1);
     live_.insert(h);
     ++creates_;
     return h;
@@ -101,18 +102,18 @@ class FakeStreams {
     ++destroy_calls_;
     ++destroy_attempts_[h];
     if (owned_by_run_.count(h) != 0) {
-      violation("destroy of stream " + std::to_string(h) + " while a run owns it");
+      violation("destroy of stream " + std::to_string(h.value()) + " while a run owns it");
     }
     if (live_.count(h) == 0) {
-      violation("destroy of stream " + std::to_string(h) + ", which is not live");
-      return not_found("fake: no stream " + std::to_string(h));
+      violation("destroy of stream " + std::to_string(h.value()) + ", which is not live");
+      return not_found("fake: no stream " + std::to_string(h.value()));
     }
     if (destroys_to_fail_ > 0) {
       --destroys_to_fail_;
-      return device_fault("fake: stream " + std::to_string(h) + " is wedged");
+      return device_fault("fake: stream " + std::to_string(h.value()) + " is wedged");
     }
     if (wedged_.count(h) != 0) {
-      return device_fault("fake: stream " + std::to_string(h) + " is wedged");
+      return device_fault("fake: stream " + std::to_string(h.value()) + " is wedged");
     }
     live_.erase(h);
     ++destroys_;
@@ -523,7 +524,7 @@ TEST(StreamSlots, FailedStaleDestroyKeepsHandleAndIsRetriedAtNextBegin) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(has_substr(failed.status().message(), "stream slot 0 is stranded"));
-  EXPECT_TRUE(has_substr(failed.status().message(), std::to_string(old)));
+  EXPECT_TRUE(has_substr(failed.status().message(), std::to_string(old.value())));
   EXPECT_TRUE(has_substr(failed.status().message(), "DEVICE_FAULT: fake: stream"));
 
   // The handle is kept, marked stale, and nothing was created in its place.
@@ -577,7 +578,7 @@ TEST(StreamSlots, FailedUnprovenDestroyIsRetriedByRetryPendingDestroys) {
   Status still = slots->retry_pending_destroys();
   EXPECT_EQ(still.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(has_substr(still.message(), "stream slot 0 is stranded"));
-  EXPECT_TRUE(has_substr(still.message(), std::to_string(h)));
+  EXPECT_TRUE(has_substr(still.message(), std::to_string(h.value())));
   EXPECT_EQ(fake.destroy_attempts(h), 2);
 
   fake.stop_failing_destroys_of(h);
@@ -720,7 +721,7 @@ TEST(StreamSlots, StaleLeasesAreRejectedAndChangeNothing) {
   EXPECT_TRUE(has_substr(range.message(), "stream slot 2 out of range: depth is 2"));
 
   SlotLease forged = *current;
-  forged.stream = current->stream + 1000;
+  forged.stream = StreamHandle(current->stream.value() + 1000);
   EXPECT_EQ(slots->retire(forged, RunOutcome::kFailed).code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(fake.is_live(current->stream));
 

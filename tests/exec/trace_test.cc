@@ -1,5 +1,6 @@
 // The Chrome-trace sink with the simulator and the Worker: a few runs traced to a
 // temporary file, which must be a JSON array holding the expected events and lanes.
+#include "exec/exec_factory.h"
 #include "npurt/base/trace.h"
 
 #include <gtest/gtest.h>
@@ -66,8 +67,8 @@ TEST(Trace, RunsOnTheSimulatorProduceAChromeTrace) {
   ASSERT_TRUE(trace::enabled());
   {
     auto dev = npurt::testing::make_sim();
-    auto registry = std::make_shared<CodeRegistry>(dev);
-    auto worker = std::move(Worker::make(registry)).value();
+    auto registry = std::make_shared<CodeRegistry>(npurt::testing::ExecFactory::key(), dev);
+    auto worker = std::move(Worker::make(npurt::testing::ExecFactory::key(), registry)).value();
     using npurt::testing::elementwise_kernel;
     const CodeHandle add = registry->register_image(elementwise_kernel("A", isa::BinOp::kAdd).value()).value();
     const CodeHandle mul = registry->register_image(elementwise_kernel("B", isa::BinOp::kMul).value()).value();

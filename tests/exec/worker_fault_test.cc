@@ -49,7 +49,7 @@ struct Rig {
   }
   RunHandle add(const Buffer& out) {
     std::vector<LaunchArg> args = {x.view(), y.view(), out.view()};
-    return worker->submit([this, args](RunContext& ctx) { return memory->launch(ctx.stream(), code.address(), image, 8, args); },
+    return worker->submit([this, args](RunContext& ctx) { return memory->launch(ctx.stream(), code, 8, args); },
                           {code});
   }
   // A run that must succeed, with the right sum.

@@ -45,7 +45,7 @@ struct Rig {
     std::vector<LaunchArg> args = {x.view(), y.view(), out.view()};
     return worker->submit(
         [this, args](RunContext& ctx) {
-          return memory->launch(ctx.stream(), code.address(), image, 8, args);
+          return memory->launch(ctx.stream(), code, 8, args);
         },
         {code});
   }

@@ -3,8 +3,10 @@
 // lines) and, with SimOptions::sanitize, as a kHazard "stale instruction fetch".
 //
 // The hazard tests run each scenario under the correct policy and under a broken
-// one (ReusePolicy::kNaiveLastImage, or priming turned off) and require the broken
+// one (Hazard::kNaiveStreamReuse or kUnprimedStreams, base/hazards.h) and require the broken
 // one to produce a wrong output or a hazard: proof that the scenario can catch it.
+#include "exec/exec_factory.h"
+#include "npurt/base/hazards.h"
 #include "npurt/exec/worker.h"
 
 #include <gtest/gtest.h>
@@ -51,15 +53,15 @@ isa::Image image(const char* name, BinOp op) { return elementwise_kernel(name, o
 // (runs on different slots never share a buffer, so they need no ordering).
 struct Rig {
   struct SlotBuffers {
-    hal::DeviceAddr x = 0, y = 0, out = 0;
+    hal::DeviceAddr x{}, y{}, out{};
   };
 
   explicit Rig(WorkerOptions options = {}, bool sanitize = false) {
     hal::SimOptions so;
     so.sanitize = sanitize;
     dev = npurt::testing::make_sim(so);
-    registry = std::make_shared<CodeRegistry>(dev);
-    auto w = Worker::make(registry, options);
+    registry = std::make_shared<CodeRegistry>(npurt::testing::ExecFactory::key(), dev);
+    auto w = Worker::make(npurt::testing::ExecFactory::key(), registry, options);
     if (!w.ok()) ADD_FAILURE() << w.status().to_string();
     worker = std::move(w).value();
     hx = random_floats(kN, 1);
@@ -124,7 +126,7 @@ struct Rig {
   std::unique_ptr<Worker> worker;
   std::vector<float> hx, hy, poison;
   std::vector<SlotBuffers> bufs;
-  hal::DeviceAddr busy_out = 0;
+  hal::DeviceAddr busy_out{};
   hal::Counters base;
 };
 
@@ -144,7 +146,7 @@ struct AbaOutcome {
 AbaOutcome run_aba(ReusePolicy policy, bool sanitize) {
   WorkerOptions o;
   o.depth = 2;
-  o.policy = policy;
+  const ScopedHazard naive(Hazard::kNaiveStreamReuse, policy == ReusePolicy::kNaiveLastImage);
   Rig rig(o, sanitize);
   AbaOutcome r;
   std::vector<float> out[3];
@@ -216,7 +218,7 @@ struct PrimeOutcome {
 PrimeOutcome run_narrow_first_launch(bool prime, bool sanitize) {
   WorkerOptions o;
   o.depth = 1;
-  o.prime_fresh_streams = prime;
+  const ScopedHazard unprimed(Hazard::kUnprimedStreams, !prime);
   Rig rig(o, sanitize);
   const CodeHandle busy = rig.reg(busy_kernel().value());
   std::vector<float> out;
@@ -265,9 +267,8 @@ TEST(WorkerHazard, FreshStreamsArePrimedOverEveryCore) {
 TEST(WorkerStreams, AlternatingResidentImagesCreateNoStreams) {
   for (ReusePolicy policy : {ReusePolicy::kPublicationAware, ReusePolicy::kNaiveLastImage}) {
     SCOPED_TRACE(std::string(reuse_policy_name(policy)));
-    WorkerOptions o;
-    o.policy = policy;
-    Rig rig(o);
+    const ScopedHazard naive(Hazard::kNaiveStreamReuse, policy == ReusePolicy::kNaiveLastImage);
+    Rig rig;
     const CodeHandle a = rig.reg(image("A", BinOp::kAdd));
     const CodeHandle b = rig.reg(image("B", BinOp::kMul));
     const hal::Counters before = rig.dev->counters();
@@ -650,13 +651,13 @@ TEST(WorkerCompletion, WaitForPreviousRunOrdersAcrossSlots) {
 
 TEST(WorkerOptionsCheck, BadOptionsAreRejected) {
   auto dev = npurt::testing::make_sim();
-  auto reg = std::make_shared<CodeRegistry>(dev);
+  auto reg = std::make_shared<CodeRegistry>(npurt::testing::ExecFactory::key(), dev);
   WorkerOptions o;
   o.depth = 0;
-  auto w = Worker::make(reg, o);
+  auto w = Worker::make(npurt::testing::ExecFactory::key(), reg, o);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument) << w.status().to_string();
-  auto w2 = Worker::make(nullptr, {});
+  auto w2 = Worker::make(npurt::testing::ExecFactory::key(), nullptr, {});
   ASSERT_FALSE(w2.ok());
   EXPECT_EQ(w2.status().code(), StatusCode::kInvalidArgument) << w2.status().to_string();
 }

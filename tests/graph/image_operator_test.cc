@@ -15,6 +15,7 @@
 #include "npurt/ops/elementwise.h"
 #include "npurt/ops/rope.h"
 #include "ops/random_inputs.h"
+#include "value_or_die.h"
 
 namespace npurt::ops {
 namespace {
@@ -24,14 +25,7 @@ using graph::Dispatch;
 using graph::OperatorSequence;
 using isa::DType;
 
-template <typename T>
-T value_or_die(StatusOr<T> v) {
-  if (!v.ok()) {
-    ADD_FAILURE() << v.status().to_string();
-    std::abort();
-  }
-  return std::move(v).value();
-}
+using npurt::testing::value_or_die;
 
 // Two RoPEs over the same 256 values with different head sizes: both carry their
 // frequency exponents as constants, so the second one's section lands after the

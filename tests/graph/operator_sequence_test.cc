@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 #include "npurt/exec/worker.h"
 #include "npurt/hal/sim/sim_device.h"
@@ -24,6 +25,7 @@
 #include "npurt/ops/rmsnorm.h"
 #include "npurt/ops/rope.h"
 #include "ops/random_inputs.h"
+#include "value_or_die.h"
 
 namespace npurt::graph {
 namespace {
@@ -37,18 +39,11 @@ using HostBuffers = std::map<std::string, std::vector<uint8_t>>;
     ASSERT_TRUE(s_.ok()) << #expr << ": " << s_.to_string();         \
   } while (0)
 
-template <typename T>
-T value_or_die(StatusOr<T> v) {
-  if (!v.ok()) {
-    ADD_FAILURE() << v.status().to_string();
-    std::abort();
-  }
-  return std::move(v).value();
-}
+using npurt::testing::value_or_die;
 
 
-// A runtime on a simulated device, with the memory context's policy chosen by the
-// test (the naive one shows the stale-data tests can fail).
+// A runtime on a simulated device (a test turns on Hazard::kNaiveCoherence before
+// making one to show the stale-data tests can fail).
 class Rig {
  public:
   explicit Rig(MemoryOptions mo = {}, bool sanitize = false, uint32_t host_threads = 0) {
@@ -89,6 +84,17 @@ std::vector<uint8_t> random_for(DType t, uint64_t elements, uint32_t seed) {
 }
 
 std::vector<float> as_f32(const std::vector<uint8_t>& b, DType t) { return isa::to_f32(b, t); }
+
+// Writes the inputs `host` holds, calls `seq` once and expects its "y" within 1e-5
+// (relative L2) of what `reference` computes on the host from the same inputs.
+void expect_call_matches_reference(Rig& rig, CompiledSequence& seq, const OperatorSequence& reference,
+                                   HostBuffers host) {
+  for (const auto& [name, bytes] : host) rig.write_raw(seq, name, bytes);
+  ASSERT_OK(seq.call());
+  const auto y = rig.read(seq, "y");
+  ASSERT_OK(reference.run_reference(host));
+  EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+}
 
 // ---- the user-facing one-step patterns ------------------------------------------
 
@@ -177,8 +183,9 @@ TEST(OperatorSequence, WeightedRmsNormFusedIsCorrectAndDeterministic) {
 
 // Looped dispatch with a host read in between: every call sees its new input and
 // every read sees that call's output. Returns how many of the 8 were right.
-int looped_rmsnorm_correct(MemoryOptions mo) {
-  Rig rig(mo);
+int looped_rmsnorm_correct(bool naive) {
+  const ScopedHazard wrong(Hazard::kNaiveCoherence, naive);
+  Rig rig;
   CompiledSequence& seq = rig.compile(rmsnorm_sequence(Dispatch::kFused));
   HostBuffers host{{"w", random_for(DType::kF32, 640, 9)}};
   rig.write_raw(seq, "w", host["w"]);
@@ -195,15 +202,11 @@ int looped_rmsnorm_correct(MemoryOptions mo) {
   return correct;
 }
 
-TEST(OperatorSequence, LoopedRmsNormSeesEveryNewInput) { EXPECT_EQ(looped_rmsnorm_correct({}), 8); }
+TEST(OperatorSequence, LoopedRmsNormSeesEveryNewInput) { EXPECT_EQ(looped_rmsnorm_correct(false), 8); }
 
 // The same loop under the naive residency-flag policy (the production bug) goes wrong:
 // the test above can fail.
-TEST(OperatorSequence, LoopedRmsNormFailsUnderNaiveResidencyFlags) {
-  MemoryOptions mo;
-  mo.policy = CoherencePolicy::kNaiveResidencyFlags;
-  EXPECT_LT(looped_rmsnorm_correct(mo), 8);
-}
+TEST(OperatorSequence, LoopedRmsNormFailsUnderNaiveResidencyFlags) { EXPECT_LT(looped_rmsnorm_correct(true), 8); }
 
 // ---- SwiGLU decode block with resident weights ----------------------------------
 
@@ -350,6 +353,28 @@ TEST(OperatorSequence, AFusedStepSeesZeroInTheRegistersItReadsFirst) {
 
 // ---- barriers between fused steps ---------------------------------------------
 
+// Runs the sequence `make` builds, fused and separate, on the inputs `host`: fused it
+// has one barrier per call (`phases` says where), and both dispatches give the same
+// bytes of "y", which match the reference.
+void expect_fused_as_separate(OperatorSequence (*make)(Dispatch), const HostBuffers& host, bool sanitize,
+                              const char* phases) {
+  std::vector<uint8_t> results[2];
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    Rig rig({}, sanitize);
+    CompiledSequence& seq = rig.compile(make(d));
+    if (d == Dispatch::kFused) {
+      EXPECT_EQ(seq.barriers_per_call(), 1u) << phases;
+    }
+    for (const auto& [name, bytes] : host) rig.write_raw(seq, name, bytes);
+    ASSERT_OK(seq.call());
+    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "y");
+  }
+  EXPECT_EQ(results[0], results[1]);
+  HostBuffers ref = host;
+  ASSERT_OK(make(Dispatch::kFused).run_reference(ref));
+  EXPECT_LT(rel_l2(as_f32(results[0], DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-5);
+}
+
 // Two GEMVs of the same x into q and k share a phase; the add of q and k waits for
 // both; the add is the launch's last step, so the kernel holds one barrier.
 OperatorSequence independent_gemvs(Dispatch d) {
@@ -361,24 +386,10 @@ OperatorSequence independent_gemvs(Dispatch d) {
 }
 
 TEST(OperatorSequence, FusedStepsThatTouchNoSharedBytesShareAPhase) {
-  std::vector<uint8_t> results[2];
-  HostBuffers host{{"wq", random_for(DType::kQ8_0, 512 * 640, 11)},
-                   {"wk", random_for(DType::kQ8_0, 512 * 640, 12)},
-                   {"x", random_for(DType::kF32, 640, 13)}};
-  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
-    Rig rig;
-    CompiledSequence& seq = rig.compile(independent_gemvs(d));
-    if (d == Dispatch::kFused) {
-      EXPECT_EQ(seq.barriers_per_call(), 1u) << "q and k in one phase, then the add";
-    }
-    for (const char* n : {"wq", "wk", "x"}) rig.write_raw(seq, n, host[n]);
-    ASSERT_OK(seq.call());
-    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "y");
-  }
-  EXPECT_EQ(results[0], results[1]);
-  HostBuffers ref = host;
-  ASSERT_OK(independent_gemvs(Dispatch::kFused).run_reference(ref));
-  EXPECT_LT(rel_l2(as_f32(results[0], DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-5);
+  const HostBuffers host{{"wq", random_for(DType::kQ8_0, 512 * 640, 11)},
+                         {"wk", random_for(DType::kQ8_0, 512 * 640, 12)},
+                         {"x", random_for(DType::kF32, 640, 13)}};
+  expect_fused_as_separate(independent_gemvs, host, /*sanitize=*/false, "q and k in one phase, then the add");
 }
 
 // A GEMV on 8 blocks, then a norm on block 0 of all its rows. With the planned
@@ -391,8 +402,9 @@ Status gemv_then_norm(bool plan_barriers, double* rel) {
   auto norm = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 512});
   const OperatorSequence s("gn", {{gemv, {"w", "x", "y"}}, {norm, {"y", "g", "z"}}}, {"w", "x", "g"}, {"z"},
                            {{"w", 512 * 640}, {"x", 640}, {"y", 512}, {"g", 512}, {"z", 512}});
+  const ScopedHazard no_barriers(Hazard::kNoStepBarriers, !plan_barriers);
   Rig rig({}, /*sanitize=*/true, /*host_threads=*/1);
-  CompiledSequence& seq = rig.compile(s, {.plan_barriers = plan_barriers});
+  CompiledSequence& seq = rig.compile(s);
   HostBuffers host{{"w", random_for(DType::kQ8_0, 512 * 640, 21)},
                    {"x", random_for(DType::kF32, 640, 22)},
                    {"g", random_for(DType::kF32, 512, 23)}};
@@ -427,24 +439,11 @@ OperatorSequence one_block_chain(Dispatch d) {
 }
 
 TEST(OperatorSequence, OneBlockStepsShareAPhaseAndWiderStepsWaitForThem) {
-  std::vector<uint8_t> results[2];
-  HostBuffers host{{"x", random_for(DType::kF32, 512, 31)},
-                   {"g", random_for(DType::kF32, 512, 32)},
-                   {"w", random_for(DType::kQ8_0, 512 * 512, 33)}};
-  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
-    Rig rig({}, /*sanitize=*/true);
-    CompiledSequence& seq = rig.compile(one_block_chain(d));
-    if (d == Dispatch::kFused) {
-      EXPECT_EQ(seq.barriers_per_call(), 1u) << "norm, add and norm on block 0 in one phase, then the GEMV";
-    }
-    for (const char* n : {"x", "g", "w"}) rig.write_raw(seq, n, host[n]);
-    ASSERT_OK(seq.call());
-    results[d == Dispatch::kFused ? 0 : 1] = rig.read(seq, "y");
-  }
-  EXPECT_EQ(results[0], results[1]);
-  HostBuffers ref = host;
-  ASSERT_OK(one_block_chain(Dispatch::kFused).run_reference(ref));
-  EXPECT_LT(rel_l2(as_f32(results[0], DType::kF32), as_f32(ref["y"], DType::kF32)), 1e-5);
+  const HostBuffers host{{"x", random_for(DType::kF32, 512, 31)},
+                         {"g", random_for(DType::kF32, 512, 32)},
+                         {"w", random_for(DType::kQ8_0, 512 * 512, 33)}};
+  expect_fused_as_separate(one_block_chain, host, /*sanitize=*/true,
+                           "norm, add and norm on block 0 in one phase, then the GEMV");
 }
 
 // ---- stale instructions --------------------------------------------------------
@@ -474,7 +473,7 @@ RecycleOutcome run_after_recycling(bool prime) {
     return OperatorSequence(name, {{norm, {"v", "w", "vn"}}, {op, {"a", "b", "y"}}}, {"a", "b", "v"}, {"y", "vn"},
                             sizes, Dispatch::kSeparate);
   };
-  hal::DeviceAddr add_at = 0;
+  hal::DeviceAddr add_at{};
   {
     auto c = value_or_die(sequence("c", add).compile(*rig.runtime));
     for (const char* name : {"a", "b", "v", "w"}) {
@@ -484,8 +483,12 @@ RecycleOutcome run_after_recycling(bool prime) {
     EXPECT_TRUE(c->call().ok());
     add_at = c->code_handles()[1].address();
   }
+  // Completed launches give their hold on C's code back at the context's next
+  // synchronize (or launch): then C's blocks are free for D's code.
+  EXPECT_TRUE(rig.runtime->memory().synchronize().ok());
   const OperatorSequence d = sequence("d", mul);
-  CompiledSequence& seq = rig.compile(d, {.prime_stream = prime});
+  const ScopedHazard unprimed(Hazard::kUnprimedStreams, !prime);
+  CompiledSequence& seq = rig.compile(d);
   r.recycled = seq.code_handles()[1].address() == add_at;
   HostBuffers host{{"a", random_for(DType::kF32, n, 71)}, {"b", random_for(DType::kF32, n, 72)},
                    {"v", random_for(DType::kF32, 64, 73)}, {"w", random_for(DType::kF32, 64, 74)}};
@@ -535,12 +538,7 @@ TEST(OperatorSequence, IntermediatesWithDisjointLifetimesShareBytes) {
     EXPECT_EQ(at["t1"].offset, at["t3"].offset);  // t1 dies at step 1, t3 is born at step 2
     EXPECT_NE(at["t1"].offset, at["t2"].offset);
     EXPECT_LT(seq.arena_bytes(BufferPlacement::Arena::kScratch), 3 * 4000u);  // two intermediates' room, not three
-    HostBuffers host{{"x", random_for(DType::kF32, 1000, 31)}};
-    rig.write_raw(seq, "x", host["x"]);
-    ASSERT_OK(seq.call());
-    const auto y = rig.read(seq, "y");
-    ASSERT_OK(chain.run_reference(host));
-    EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+    expect_call_matches_reference(rig, seq, chain, {{"x", random_for(DType::kF32, 1000, 31)}});
   }
 }
 
@@ -555,13 +553,8 @@ TEST(OperatorSequence, SlicesAddressPartsOfABuffer) {
                            {"a", "b"}, {"y"}, {{"a", 512}, {"b", 512}, {"kv", 512}, {"y", 512}});
   Rig rig;
   CompiledSequence& seq = rig.compile(s);
-  HostBuffers host{{"a", random_for(DType::kF32, 512, 41)}, {"b", random_for(DType::kF32, 512, 42)}};
-  rig.write_raw(seq, "a", host["a"]);
-  rig.write_raw(seq, "b", host["b"]);
-  ASSERT_OK(seq.call());
-  const auto y = rig.read(seq, "y");
-  ASSERT_OK(s.run_reference(host));
-  EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+  expect_call_matches_reference(rig, seq, s,
+                                {{"a", random_for(DType::kF32, 512, 41)}, {"b", random_for(DType::kF32, 512, 42)}});
   EXPECT_EQ(value_or_die(seq.get_buffer("kv[256:512]")).size(), 256u * 4);
 }
 
@@ -611,13 +604,8 @@ TEST(OperatorSequence, InPlaceRmsNormIsAllowedAndCorrect) {
                            {{"x", 1024}, {"h", 1024}, {"w", 256}, {"y", 1024}});
   Rig rig;
   CompiledSequence& seq = rig.compile(s);
-  HostBuffers host{{"x", random_for(DType::kF32, 1024, 51)}, {"w", random_for(DType::kF32, 256, 52)}};
-  rig.write_raw(seq, "x", host["x"]);
-  rig.write_raw(seq, "w", host["w"]);
-  ASSERT_OK(seq.call());
-  const auto y = rig.read(seq, "y");
-  ASSERT_OK(s.run_reference(host));
-  EXPECT_LT(rel_l2(as_f32(y, DType::kF32), as_f32(host["y"], DType::kF32)), 1e-5);
+  expect_call_matches_reference(rig, seq, s,
+                                {{"x", random_for(DType::kF32, 1024, 51)}, {"w", random_for(DType::kF32, 256, 52)}});
 }
 
 TEST(OperatorSequence, InPlaceIsRejectedForOperatorsThatCannotDoIt) {
@@ -704,11 +692,16 @@ TEST(OperatorSequence, LayoutErrorsNameStepAndBinding) {
   ASSERT_OK(ok.call());
 }
 
+// One RoPE step, its position and base the runtime scalars "pos" and "base".
+OperatorSequence rope_sequence() {
+  auto rope = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = 4, .head_dim = 256});
+  return OperatorSequence("rope", {{rope, {"q", "q_rot", "pos", "base"}}}, {"q"}, {"q_rot"},
+                          {{"q", 1024}, {"q_rot", 1024}});
+}
+
 // Runtime scalars are given per call, by name, without recompiling.
 TEST(OperatorSequence, ScalarsArePassedPerCall) {
-  auto rope = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = 4, .head_dim = 256});
-  const OperatorSequence s("rope", {{rope, {"q", "q_rot", "pos", "base"}}}, {"q"}, {"q_rot"},
-                           {{"q", 1024}, {"q_rot", 1024}});
+  const OperatorSequence s = rope_sequence();
   Rig rig;
   CompiledSequence& seq = rig.compile(s);
   HostBuffers host{{"q", random_for(DType::kF32, 1024, 61)}};
@@ -730,9 +723,7 @@ TEST(OperatorSequence, ScalarsArePassedPerCall) {
 // start(), enqueue() and run_reference() alike, naming it and listing the known
 // scalars; a sequence without scalars says so. The sequence stays usable.
 TEST(OperatorSequence, UnknownScalarsAreRefusedByName) {
-  auto rope = std::make_shared<ops::Rope>(ops::RopeParams{.n_heads = 4, .head_dim = 256});
-  const OperatorSequence s("rope", {{rope, {"q", "q_rot", "pos", "base"}}}, {"q"}, {"q_rot"},
-                           {{"q", 1024}, {"q_rot", 1024}});
+  const OperatorSequence s = rope_sequence();
   Rig rig;
   CompiledSequence& seq = rig.compile(s);
   EXPECT_EQ(seq.scalar_names(), (std::vector<std::string>{"base", "pos"}));

@@ -21,7 +21,7 @@ constexpr uint32_t kN = 256;  // floats: 4 blocks of the elementwise kernel
 
 struct FaultRig {
   std::shared_ptr<hal::Device> dev = make_sim({.num_cores = 4});
-  hal::DeviceAddr add = 0, x = 0, y = 0, out = 0;
+  hal::DeviceAddr add{}, x{}, y{}, out{};
   std::vector<float> hx = random_floats(kN, 1), hy = random_floats(kN, 2);
 
   FaultRig() {

@@ -14,9 +14,9 @@ namespace {
 TEST(Handles, GiveTheirObjectsBackWhenTheyGo) {
   std::shared_ptr<Device> dev = npurt::testing::make_sim();
   const Counters before = dev->counters();
-  DeviceAddr addr = 0;
-  EventId event_id = 0;
-  StreamId stream_id = 0;
+  DeviceAddr addr{};
+  EventId event_id{};
+  StreamId stream_id{};
   {
     DeviceBlock block = DeviceBlock::allocate(dev, 4096).value();
     Stream stream = Stream::create(dev).value();
@@ -24,7 +24,7 @@ TEST(Handles, GiveTheirObjectsBackWhenTheyGo) {
     addr = block.addr();
     event_id = event.id();
     stream_id = stream.id();
-    EXPECT_NE(addr, 0u);
+    EXPECT_TRUE(addr);
     EXPECT_EQ(block.bytes(), 4096u);
     NPURT_ASSERT_OK(dev->record_event(stream.id(), event.id()));
     NPURT_ASSERT_OK(dev->event_synchronize(event.id()));

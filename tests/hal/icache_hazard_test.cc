@@ -13,8 +13,8 @@ using hal::KernelArg;
 
 struct Fixture {
   std::shared_ptr<hal::Device> dev;
-  hal::StreamId stream = 0;
-  hal::DeviceAddr x = 0, y = 0, out = 0;
+  hal::StreamId stream{};
+  hal::DeviceAddr x{}, y{}, out{};
   std::vector<float> hx, hy;
   static constexpr size_t kN = 64 * 8;
 
@@ -92,7 +92,7 @@ TEST(StaleInstructions, SanitizerReportsTheStaleFetch) {
   EXPECT_TRUE(contains(st, "stale instruction fetch")) << st.to_string();
   EXPECT_TRUE(contains(st, "kernel 'B'")) << st.to_string();
   char addr[32];
-  std::snprintf(addr, sizeof addr, "image at 0x%llx", static_cast<unsigned long long>(b));
+  std::snprintf(addr, sizeof addr, "image at 0x%llx", static_cast<unsigned long long>(b.value()));
   EXPECT_TRUE(contains(st, addr)) << st.to_string();
   EXPECT_GE(f.dev->counters().hazard_stale_fetch, 1u);
 

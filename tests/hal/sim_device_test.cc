@@ -61,12 +61,12 @@ TEST(SimDevice, CopiesOutsideAllocationsAreRefused) {
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
   EXPECT_TRUE(contains(st, "not inside one live device allocation"));
   EXPECT_EQ(dev->copy_to_host(s, host.data(), a + 50, 60).code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(dev->copy_to_device(s, 12345, host.data(), 1).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(dev->copy_to_device(s, npurt::hal::DeviceAddr(12345), host.data(), 1).code(), StatusCode::kOutOfRange);
   NPURT_ASSERT_OK(dev->free(a));
   EXPECT_EQ(dev->copy_to_device(s, a, host.data(), 1).code(), StatusCode::kOutOfRange)
       << "a freed block is not a copy target";
   const auto live = dev->allocate(16).value();
-  EXPECT_EQ(dev->copy_to_device(999, live, host.data(), 1).code(), StatusCode::kNotFound);
+  EXPECT_EQ(dev->copy_to_device(npurt::hal::StreamId(999), live, host.data(), 1).code(), StatusCode::kNotFound);
   NPURT_ASSERT_OK(dev->stream_synchronize(s));  // refused requests did not poison the stream
 }
 
@@ -237,7 +237,7 @@ TEST(SimDevice, StreamCountersCountCreatesAndDestroys) {
   for (int i = 0; i < 5; ++i) NPURT_ASSERT_OK(dev->destroy_stream(dev->create_stream().value()));
   EXPECT_EQ(dev->counters().streams_created, 5u);
   EXPECT_EQ(dev->counters().streams_destroyed, 5u);
-  EXPECT_EQ(dev->destroy_stream(12345).code(), StatusCode::kNotFound);
+  EXPECT_EQ(dev->destroy_stream(npurt::hal::StreamId(12345)).code(), StatusCode::kNotFound);
 }
 
 TEST(SimDevice, BarrierOrdersBlocksWithinOneLaunch) {

@@ -35,7 +35,7 @@ inline hal::DeviceAddr upload(hal::Device& dev, const isa::Image& image) {
   auto addr = dev.allocate(image.bytes().size());
   if (!addr.ok()) {
     ADD_FAILURE() << addr.status().to_string();
-    return 0;
+    return hal::DeviceAddr{};
   }
   Status s = dev.upload_code(*addr, image);
   if (!s.ok()) ADD_FAILURE() << s.to_string();
@@ -56,7 +56,7 @@ hal::DeviceAddr put(hal::Device& dev, hal::StreamId s, const std::vector<T>& dat
   auto addr = dev.allocate(data.size() * sizeof(T));
   if (!addr.ok()) {
     ADD_FAILURE() << addr.status().to_string();
-    return 0;
+    return hal::DeviceAddr{};
   }
   Status st = dev.copy_to_device(s, *addr, data.data(), data.size() * sizeof(T));
   if (st.ok()) st = dev.stream_synchronize(s);
@@ -75,7 +75,7 @@ std::vector<T> get(hal::Device& dev, hal::StreamId s, hal::DeviceAddr addr, size
 
 // A device buffer and its size, as a launch argument.
 struct DeviceBuffer {
-  hal::DeviceAddr addr = 0;
+  hal::DeviceAddr addr{};
   size_t bytes = 0;
   hal::KernelArg arg() const { return hal::KernelArg::buffer(addr, bytes); }
 };

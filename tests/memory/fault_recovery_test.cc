@@ -49,13 +49,13 @@ TEST(FaultRecovery, AFailedReadBackLeavesItsBytesDeviceNewerAndTheNextReadFetche
 
 // The upload staged for a launch fails (garbage lands on the device) and the stream
 // with it. The host's bytes were never touched, so the next launch must send them
-// again. With the protection off (resend_failed_uploads = false) the kernel copies the
+// again. With the protection off (Hazard::kNoResendOfFailedUploads) the kernel copies the
 // garbage: the check below fails, which is what shows it is a real check.
 class LaunchUploads : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LaunchUploads, OfAFailedLaunchAreSentAgainByTheNextOne) {
   const bool resend = GetParam();
-  MemoryRig rig({.resend_failed_uploads = resend});
+  MemoryRig rig(only_if(!resend, Hazard::kNoResendOfFailedUploads));
   Buffer x = rig.buffer(kBytes, "x"), out = rig.buffer(kBytes, "out"), out2 = rig.buffer(kBytes, "out2");
   const auto data = random_floats(kN, 3);
   write_floats(*rig.ctx, x.view(), data);

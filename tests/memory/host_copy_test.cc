@@ -86,12 +86,12 @@ TEST(DropHostCopy, OnlyWholePagesInsideTheViewAreGivenBack) {
 // A launch's upload of the bytes is still in flight when the host drops them, and it
 // fails: the host must wait for it and send the bytes again, or the device keeps the
 // garbage the failed copy left and the host has nothing left to repair it with. With
-// the protection off (resend_failed_uploads = false) the check below fails.
+// the protection off (Hazard::kNoResendOfFailedUploads) the check below fails.
 class DropAfterAFailedUpload : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DropAfterAFailedUpload, SendsTheBytesAgainFirst) {
   const bool resend = GetParam();
-  MemoryRig rig({.resend_failed_uploads = resend});
+  MemoryRig rig(only_if(!resend, Hazard::kNoResendOfFailedUploads));
   const uint64_t n = kPage;
   Buffer x = rig.buffer(n * 4, "x"), out = rig.buffer(n * 4, "out"), out2 = rig.buffer(n * 4, "out2");
   const std::vector<float> data = random_floats(n, 13);

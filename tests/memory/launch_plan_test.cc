@@ -16,15 +16,14 @@ using Upload = LaunchPlan::Upload;
 using Binding = LaunchPlan::Binding;
 using isa::Access;
 
-MemoryOptions with(CoherencePolicy policy, bool ordered = true) {
-  MemoryOptions o;
-  o.policy = policy;
-  o.order_conflicting_work = ordered;
-  return o;
+std::vector<Hazard> with(bool naive, bool ordered = true) {
+  std::vector<Hazard> on = only_if(naive, Hazard::kNaiveCoherence);
+  if (!ordered) on.push_back(Hazard::kUnorderedConflicts);
+  return on;
 }
 
 LaunchPlan plan_of(MemoryRig& rig, MemoryRig::Which k, std::vector<LaunchArg> args,
-                   hal::StreamId on = 0) {
+                   hal::StreamId on = {}) {
   auto p = rig.plan(k, std::move(args), on);
   EXPECT_TRUE(p.ok()) << p.status().to_string();
   return p.ok() ? *p : LaunchPlan{};
@@ -52,8 +51,8 @@ TEST(LaunchPlan, AViewWrittenByTheHostPlansExactlyItsBytes) {
 
 // Both views of an arena are written, one is synced: the other's bytes are still
 // planned. The naive policy's shared dirty flag loses them, and its plan shows it.
-std::vector<Upload> plan_after_a_sibling_sync(CoherencePolicy policy) {
-  MemoryRig rig(with(policy));
+std::vector<Upload> plan_after_a_sibling_sync(bool naive) {
+  MemoryRig rig(with(naive));
   Buffer arena = rig.buffer(2 * kBytes, "arena");
   Buffer out = rig.buffer(kBytes, "out");
   const View a = sub(arena, 0, kBytes), b = sub(arena, kBytes, kBytes);
@@ -67,9 +66,9 @@ std::vector<Upload> plan_after_a_sibling_sync(CoherencePolicy policy) {
 }
 
 TEST(LaunchPlan, ASiblingViewsSyncDoesNotPlanTheOther) {
-  EXPECT_EQ(plan_after_a_sibling_sync(CoherencePolicy::kExact),
+  EXPECT_EQ(plan_after_a_sibling_sync(/*naive=*/false),
             (std::vector<Upload>{{"arena", {0, kBytes}}}));
-  EXPECT_TRUE(plan_after_a_sibling_sync(CoherencePolicy::kNaiveResidencyFlags).empty())
+  EXPECT_TRUE(plan_after_a_sibling_sync(/*naive=*/true).empty())
       << "the naive policy should let B's sync swallow A's mark";
 }
 
@@ -91,7 +90,7 @@ TEST(LaunchPlan, AByteBoundTwiceIsPlannedOnce) {
 // on purpose) there is none. The writer is held unfinished behind a gate: a writer
 // known to be done needs no wait, and how fast it runs must not decide the test.
 size_t planned_waits(bool ordered, bool other_stream) {
-  MemoryRig rig(with(CoherencePolicy::kExact, ordered));
+  MemoryRig rig(with(/*naive=*/false, ordered));
   Buffer src = rig.buffer(kBytes, "src");
   Buffer mid = rig.buffer(kBytes, "mid");
   Buffer out = rig.buffer(kBytes, "out");
@@ -118,9 +117,9 @@ TEST(LaunchPlan, ALaunchAfterAWriterOfItsInputOnAnotherStreamPlansOneWait) {
 }
 
 TEST(LaunchPlan, PlanningTwiceGivesTheSamePlanAndChangesNothing) {
-  for (CoherencePolicy policy : {CoherencePolicy::kExact, CoherencePolicy::kNaiveResidencyFlags}) {
-    SCOPED_TRACE(coherence_policy_name(policy));
-    MemoryRig rig(with(policy));
+  for (bool naive : {false, true}) {
+    SCOPED_TRACE(naive ? "naive coherence" : "exact coherence");
+    MemoryRig rig(with(naive));
     Buffer src = rig.buffer(kBytes, "src");
     Buffer acc = rig.buffer(kBytes, "acc");
     Buffer x = rig.buffer(kBytes, "x");

@@ -24,7 +24,7 @@ TEST(Buffer, HasAPageAlignedZeroFilledMirrorAndADeviceAllocation) {
   Buffer b = rig.buffer(1000, "b");
   EXPECT_EQ(b.size(), 1000u);
   EXPECT_EQ(b.name(), "b");
-  EXPECT_NE(b.device_address(), 0u);
+  EXPECT_TRUE(b.device_address());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b.host_data()) % PageWriteTracker::page_size(), 0u);
   EXPECT_EQ(b.host_data()[999], 0);
   EXPECT_FALSE(b.tracked());
@@ -317,7 +317,7 @@ TEST(Launch, ArgumentMismatchesAreErrorsAndEnqueueNothing) {
   write_floats(*rig.ctx, x.view(), ints(kBytes / 4, 9));
   const Kernel& scale = rig.kernels[MemoryRig::kScale];
   auto launch = [&](std::vector<LaunchArg> args, uint32_t grid = 4) {
-    return rig.ctx->launch(rig.stream, scale.addr, scale.image, grid, args);
+    return rig.ctx->launch(rig.stream, scale.code, grid, args);
   };
   struct Case {
     Status status;
@@ -426,7 +426,7 @@ TEST(MemoryContext, ConcurrentCallersOnOneContext) {
         }
         const LaunchArg args[] = {shared.view(), mine.view(), out.view()};
         const Kernel& add = rig.kernels[MemoryRig::kAdd];
-        if (!rig.ctx->launch(streams[t], add.addr, add.image, kBytes / kTileBytes, args).ok()) {
+        if (!rig.ctx->launch(streams[t], add.code, kBytes / kTileBytes, args).ok()) {
           ++failures;
         }
         const std::vector<float> got = read_floats(*rig.ctx, out.view());

@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "exec/exec_factory.h"
 #include "hal/sim_test_util.h"
+#include "npurt/base/hazards.h"
 #include "npurt/memory/memory_context.h"
 
 namespace npurt::testing {
@@ -72,25 +74,31 @@ inline StatusOr<isa::Image> accumulate_kernel() {
   return b.build();
 }
 
+// The hazard `h` where `on`, else none: a MemoryRig's first argument.
+inline std::vector<Hazard> only_if(bool on, Hazard h) { return on ? std::vector<Hazard>{h} : std::vector<Hazard>{}; }
+
 struct Kernel {
   isa::Image image;
-  hal::DeviceAddr addr = 0;
+  exec::CodeHandle code;
 };
 
-// A device, its kernels, a context and two streams. Kernels are uploaded before any
-// stream exists (a stream may be reused only if no code was uploaded since its
+// A device, its kernels, a context and two streams. Kernels are registered before
+// any stream exists (a stream may be reused only if no code was uploaded since its
 // creation); the context's internal stream never launches.
 struct MemoryRig {
   std::shared_ptr<hal::Device> device;
+  std::shared_ptr<exec::CodeRegistry> registry;
   std::vector<Kernel> kernels;
   std::unique_ptr<MemoryContext> ctx;
-  hal::StreamId stream = 0;
-  hal::StreamId stream2 = 0;
+  hal::StreamId stream{};
+  hal::StreamId stream2{};
 
   enum Which { kCopy, kAdd, kScale, kAccumulate, kSlowCopy };
 
-  explicit MemoryRig(MemoryOptions options = {}, hal::SimOptions sim = {}) {
+  // `hazards` (base/hazards.h) are on while the context is made, which keeps them.
+  explicit MemoryRig(const std::vector<Hazard>& hazards = {}, hal::SimOptions sim = {}) {
     device = make_sim(sim);
+    registry = std::make_shared<exec::CodeRegistry>(ExecFactory::key(), device);
     for (auto built : {tile_copy_kernel("copy", false, false),
                        elementwise_kernel("add", isa::BinOp::kAdd, kTile),
                        tile_copy_kernel("scale", true, false), accumulate_kernel(),
@@ -99,11 +107,16 @@ struct MemoryRig {
         ADD_FAILURE() << built.status().to_string();
         return;
       }
-      Kernel k{std::move(built).value(), 0};
-      k.addr = upload(*device, k.image);
-      kernels.push_back(std::move(k));
+      StatusOr<exec::CodeHandle> code = registry->register_image(*built);
+      if (!code.ok()) {
+        ADD_FAILURE() << code.status().to_string();
+        return;
+      }
+      kernels.push_back(Kernel{std::move(built).value(), std::move(code).value()});
     }
-    auto c = MemoryContext::create(device, options);
+    std::vector<std::unique_ptr<ScopedHazard>> on;
+    for (Hazard h : hazards) on.push_back(std::make_unique<ScopedHazard>(h));
+    auto c = MemoryContext::create(device);
     if (!c.ok()) {
       ADD_FAILURE() << c.status().to_string();
       return;
@@ -121,10 +134,10 @@ struct MemoryRig {
   }
 
   // Launches (plans) kernel `k` over `args` with one block per tile of the first view.
-  Status launch(Which k, std::vector<LaunchArg> args, hal::StreamId on = 0) {
-    return ctx->launch(on ? on : stream, kernels[k].addr, kernels[k].image, grid(args), args);
+  Status launch(Which k, std::vector<LaunchArg> args, hal::StreamId on = {}) {
+    return ctx->launch(on ? on : stream, kernels[k].code, grid(args), args);
   }
-  StatusOr<LaunchPlan> plan(Which k, std::vector<LaunchArg> args, hal::StreamId on = 0) {
+  StatusOr<LaunchPlan> plan(Which k, std::vector<LaunchArg> args, hal::StreamId on = {}) {
     return ctx->plan_launch(on ? on : stream, kernels[k].image, grid(args), args);
   }
   static uint32_t grid(std::span<const LaunchArg> args) {

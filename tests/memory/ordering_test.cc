@@ -4,7 +4,7 @@
 // A kernel on one stream is held behind a StreamGate (memory_test_util.h) while the
 // host and a second stream act on the same bytes, so it is unfinished when they act
 // however fast or loaded the machine is. Each hazard is also run with
-// MemoryOptions::order_conflicting_work off, where it must go wrong: proof that the
+// Hazard::kUnorderedConflicts on, where it must go wrong: proof that the
 // test would catch a missing wait.
 
 #include <gtest/gtest.h>
@@ -28,11 +28,7 @@ constexpr int64_t kSpin = 10'000;
 // so its run (make test-tsan) excludes that suite by name, and every other build
 // shows the hazards go wrong unordered.
 
-MemoryOptions ordering(bool on) {
-  MemoryOptions o;
-  o.order_conflicting_work = on;
-  return o;
-}
+std::vector<Hazard> ordering(bool on) { return only_if(!on, Hazard::kUnorderedConflicts); }
 
 Status slow_copy(MemoryRig& rig, const View& in, const View& out, hal::StreamId stream) {
   return rig.launch(MemoryRig::kSlowCopy, {LaunchArg::scalar_i64(kSpin), in, out}, stream);
@@ -220,7 +216,7 @@ TEST(Ordering, FreeingABufferInUseIsDeferredUntilTheWorkCompletes) {
   MemoryRig rig;
   Buffer out = rig.buffer(kBytes, "out");
   const std::vector<float> want = ints(kBytes / 4, 8);
-  hal::DeviceAddr old_addr = 0;
+  hal::DeviceAddr old_addr{};
   {
     Buffer x = rig.buffer(kBytes, "x");
     old_addr = x.device_address();
@@ -260,7 +256,7 @@ TEST(Ordering, AFailedKernelsOutputReportsTheFailureAndCanBeOverwritten) {
   const Kernel& copy = rig.kernels[MemoryRig::kCopy];
   // The fault may strike before the launch has recorded its completion event; the
   // launch then reports it itself. Either way the output is known to be bad.
-  const Status launched = rig.ctx->launch(rig.stream, copy.addr, copy.image, 2 * kBytes / kTileBytes, args);
+  const Status launched = rig.ctx->launch(rig.stream, copy.code, 2 * kBytes / kTileBytes, args);
   if (!launched.ok()) {
     EXPECT_EQ(launched.code(), StatusCode::kDeviceFault) << launched.to_string();
   }

@@ -62,7 +62,7 @@ TEST(HostAddress, GivesTheDeviceBytesInsideOneLiveAllocationOnly) {
   EXPECT_EQ(seen, data);
   StatusOr<uint8_t*> past = rig.device->host_address(a.device_address(), 4097, false);
   EXPECT_EQ(past.status().code(), StatusCode::kOutOfRange) << past.status().to_string();
-  StatusOr<uint8_t*> nowhere = rig.device->host_address(0x10, 4, false);
+  StatusOr<uint8_t*> nowhere = rig.device->host_address(hal::DeviceAddr(0x10), 4, false);
   EXPECT_EQ(nowhere.status().code(), StatusCode::kOutOfRange);
 }
 

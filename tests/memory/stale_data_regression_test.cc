@@ -20,14 +20,12 @@
 namespace npurt::testing {
 namespace {
 
-constexpr CoherencePolicy kExact = CoherencePolicy::kExact;
-constexpr CoherencePolicy kNaive = CoherencePolicy::kNaiveResidencyFlags;
+// The exact coherence, or the naive flags (Hazard::kNaiveCoherence).
+enum class Policy { kExact, kNaive };
+constexpr Policy kExact = Policy::kExact;
+constexpr Policy kNaive = Policy::kNaive;
 
-MemoryOptions with(CoherencePolicy policy) {
-  MemoryOptions o;
-  o.policy = policy;
-  return o;
-}
+std::vector<Hazard> with(Policy policy) { return only_if(policy == kNaive, Hazard::kNaiveCoherence); }
 
 std::vector<float> add(const std::vector<float>& a, const std::vector<float>& b) {
   std::vector<float> out(a.size());
@@ -52,7 +50,7 @@ struct InputArenaResult {
   uint64_t h2d_bytes = 0;
 };
 
-InputArenaResult inputs_through_views(CoherencePolicy policy, bool tracked_raw_writes) {
+InputArenaResult inputs_through_views(Policy policy, bool tracked_raw_writes) {
   MemoryRig rig(with(policy));
   constexpr uint64_t kBytes = 4 * kTileBytes;
   Buffer arena = rig.buffer(3 * kBytes, "input arena", tracked_raw_writes);
@@ -103,7 +101,7 @@ struct SiblingResult {
   std::vector<float> kernel_saw, device_holds, want;
 };
 
-SiblingResult sibling_sync(CoherencePolicy policy) {
+SiblingResult sibling_sync(Policy policy) {
   MemoryRig rig(with(policy));
   constexpr uint64_t kBytes = 2 * kTileBytes;
   Buffer arena = rig.buffer(2 * kBytes, "arena");
@@ -133,7 +131,7 @@ TEST(StaleDataRegression, SyncingASiblingKeepsTheOtherViewsWrite) {
 
 // ---- 3. Looped dispatch with a host read of the output between calls ------------------------
 
-int correct_loops(CoherencePolicy policy, uint64_t* d2h_bytes) {
+int correct_loops(Policy policy, uint64_t* d2h_bytes) {
   MemoryRig rig(with(policy));
   constexpr uint64_t kBytes = 4 * kTileBytes;
   Buffer in = rig.buffer(kBytes, "in");
@@ -170,7 +168,7 @@ struct SiblingDeviceResult {
   uint64_t h2d_bytes = 0;
 };
 
-SiblingDeviceResult upload_next_to_device_data(CoherencePolicy policy) {
+SiblingDeviceResult upload_next_to_device_data(Policy policy) {
   MemoryRig rig(with(policy));
   constexpr uint64_t kBytes = 2 * kTileBytes;
   Buffer x = rig.buffer(2 * kBytes, "x");
@@ -217,7 +215,7 @@ struct WeightsResult {
   uint64_t later_dispatches_h2d = 0;
 };
 
-WeightsResult weights_once(CoherencePolicy policy) {
+WeightsResult weights_once(Policy policy) {
   MemoryRig rig(with(policy));
   constexpr uint64_t kBytes = 4 * kTileBytes;
   Buffer scratch = rig.buffer(3 * kBytes, "scratch");

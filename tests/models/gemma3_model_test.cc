@@ -18,6 +18,7 @@
 #include "models/gemma3_rig.h"
 #include "models/real_model.h"
 #include "models/synthetic_gemma3.h"
+#include "npurt/base/hazards.h"
 #include "npurt/base/math.h"
 #include "npurt/hal/sim/sim_device.h"
 #include "npurt/models/host_oracle.h"
@@ -338,7 +339,8 @@ TEST(Gemma3PrefillTest, SyntheticBatchedMatchesTokenByTokenAndOracle) {
 TEST(Gemma3PrefillTest, IgnoringTheWindowIsCaught) {
   Parsed p = parse(synthetic_gemma3(typed_model()));
   Rig rig;
-  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 32, .prefill_ignores_window_for_test = true}));
+  const ScopedHazard ignore_window(Hazard::kPrefillIgnoresWindow);  // read when the steps are built
+  ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 32}));
   HostOracle oracle = std::move(HostOracle::load(p.file)).value();
   const std::vector<int32_t> prompt = random_prompt(29, 29);
   const PrefillResult r = run_prefill(rig, prompt, 32);

@@ -12,6 +12,8 @@
 #include <set>
 #include <vector>
 
+#include "npurt/base/hazards.h"
+
 namespace npurt::models {
 namespace {
 
@@ -338,7 +340,8 @@ TEST(KvBlocks, EveryTableReadsItsOwnSequenceAfterRandomCalls) {
 // The control: writing into shared blocks instead of copying them makes tables read
 // other sequences' rows, which the check above sees.
 TEST(KvBlocks, WithoutCopiesTablesReadOtherSequencesRows) {
-  const int wrong = run_random_calls({.blocks = 24, .block_positions = 4, .writes_shared_blocks_for_test = true}, 1, 2000);
+  const ScopedHazard write_shared(Hazard::kWritesSharedKvBlocks);
+  const int wrong = run_random_calls({.blocks = 24, .block_positions = 4}, 1, 2000);
   std::printf("positions read from another sequence's writes without copies: %d\n", wrong);
   EXPECT_GT(wrong, 0);
 }

@@ -172,13 +172,18 @@ void expect_speculation_exact(Gemma3Model& m, const std::vector<int32_t>& prompt
   }
 }
 
+// The same four tokens `times` times: prompt lookup finds its drafts in it.
+std::vector<int32_t> repeating_prompt(int times) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < times; ++i) prompt.insert(prompt.end(), {11, 42, 7, 199});
+  return prompt;
+}
+
 TEST(Speculation, SyntheticTokensAreExactlyPlainGreedy) {
   Parsed p = parse(synthetic_gemma3(typed_model()));
   Rig rig;
   ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 8}));
-  std::vector<int32_t> repeating;
-  for (int i = 0; i < 6; ++i) repeating.insert(repeating.end(), {11, 42, 7, 199});
-  for (const std::vector<int32_t>& prompt : {repeating, random_tokens(19, 300, 8)}) {
+  for (const std::vector<int32_t>& prompt : {repeating_prompt(6), random_tokens(19, 300, 8)}) {
     expect_speculation_exact(*rig.model, prompt, 300, 64, {1, 4, 15});
   }
 }
@@ -191,8 +196,7 @@ TEST(Speculation, SeededSamplingGivesThePlainSampledText) {
   Parsed p = parse(synthetic_gemma3(typed_model()));
   Rig rig;
   ASSERT_OK(rig.load(p.file, {.max_context = 0, .prefill_chunk = 8}));
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 4; ++i) prompt.insert(prompt.end(), {11, 42, 7, 199});
+  const std::vector<int32_t> prompt = repeating_prompt(4);
   const SamplingParams sampling{.temperature = 0.9f, .top_p = 0.97f, .repetition_penalty = 1.05f, .seed = 11, .top_logprobs = 2};
   const Generated plain = run(*rig.model, prompt, 40, {.sampling = sampling});
   ASSERT_EQ(plain.stats.choices.size(), 40u);

@@ -7,18 +7,13 @@
 #include <cstring>
 #include <random>
 
+#include "hal/sim_test_util.h"
 #include "ops/op_harness.h"
 
 namespace npurt::ops {
 namespace {
 
-std::vector<float> random_logits(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-10.f, 10.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+std::vector<float> random_logits(size_t n, uint32_t seed) { return testing::random_floats(n, seed, -10.f, 10.f); }
 
 int32_t index_of(const testing::Bytes& b) {
   int32_t v;

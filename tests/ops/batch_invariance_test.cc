@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "hal/sim/matvec_kernels.h"
+#include "hal/sim_test_util.h"
 #include "npurt/ops/argmax.h"
 #include "npurt/ops/attention.h"
 #include "npurt/ops/gemv.h"
@@ -25,13 +26,7 @@ using testing::random_bytes_for;
 constexpr uint32_t kMaxBatch = isa::kMaxTmvBatch;
 constexpr char kRowsScalar[] = "rows";  // the runtime count of every batched operator
 
-std::vector<float> random_vectors(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(rng);
-  return v;
-}
+std::vector<float> random_vectors(size_t n, uint32_t seed) { return testing::random_floats(n, seed, -1.0f, 1.0f); }
 
 // The f32 words of `name`'s device output, as raw bits.
 std::vector<uint32_t> bits(const OpHarness& h, const std::string& name) {

@@ -111,6 +111,29 @@ bool all_minus_zero(const testing::Bytes& b) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::bit_cast<uint32_t>(x) == 0x80000000u; });
 }
 
+// Shard s of n of `c`, its harness given the shard's rows of the whole `table`.
+struct Shard {
+  Shard(const EmbeddingParams& c, int n, int s, const testing::Bytes& table)
+      : p(shard_params(c, n, s)), op(p), h(op) {
+    h.set_bytes("table", table_rows(table, c, p.first_row, p.vocab));
+  }
+  // Whether the shard holds the row of `token` (the unsigned compare also takes
+  // tokens below first_row as outside).
+  bool holds(int64_t token) const { return static_cast<uint64_t>(token) - p.first_row < p.vocab; }
+  const EmbeddingParams p;
+  const Embedding op;
+  OpHarness h;
+};
+
+// Adds one shard's f32 output to the sum of the shards so far (the first one starts it).
+void add_to_sum(std::vector<float>& sum, const std::vector<float>& out) {
+  if (sum.empty()) {
+    sum = out;
+  } else {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
+  }
+}
+
 class EmbeddingShards : public ::testing::TestWithParam<EmbeddingParams> {};
 
 // Each token against 2 and 4 shards of the same random table: the shard holding it
@@ -128,26 +151,19 @@ TEST_P(EmbeddingShards, SumOfShardsIsTheUnshardedRow) {
     for (int n : {2, 4}) {
       std::vector<float> sum;
       for (int s = 0; s < n; ++s) {
-        const EmbeddingParams p = shard_params(c, n, s);
-        const Embedding op(p);
-        OpHarness h(op);
-        h.set_bytes("table", table_rows(whole.input_bytes("table"), c, p.first_row, p.vocab));
+        Shard shard(c, n, s, whole.input_bytes("table"));
+        OpHarness& h = shard.h;
         h.set_scalar("token", HostArg::i64(token));
         ASSERT_TRUE(h.runs());
         const testing::Bytes& got = h.device_bytes("out");
-        const bool inside = static_cast<uint64_t>(token) - p.first_row < p.vocab;
+        const bool inside = shard.holds(token);
         if (inside) {
-          EXPECT_EQ(got, want) << op.name() << " token " << token;
+          EXPECT_EQ(got, want) << shard.op.name() << " token " << token;
         } else {
-          EXPECT_TRUE(all_minus_zero(got)) << op.name() << " token " << token << ": not -0.0f";
+          EXPECT_TRUE(all_minus_zero(got)) << shard.op.name() << " token " << token << ": not -0.0f";
         }
-        EXPECT_EQ(got, h.reference_bytes("out")) << op.name() << " token " << token << ": device vs reference";
-        const std::vector<float> out = h.device_f32("out");
-        if (sum.empty()) {
-          sum = out;
-        } else {
-          for (uint32_t i = 0; i < c.dim; ++i) sum[i] += out[i];
-        }
+        EXPECT_EQ(got, h.reference_bytes("out")) << shard.op.name() << " token " << token << ": device vs reference";
+        add_to_sum(sum, h.device_f32("out"));
       }
       EXPECT_EQ(std::memcmp(sum.data(), want.data(), want.size()), 0) << "sum of " << n << " shards, token " << token;
     }
@@ -170,31 +186,25 @@ void expect_batched_shards_sum(const EmbeddingParams& c) {
   for (int n : {2, 4}) {
     std::vector<float> sum;
     for (int s = 0; s < n; ++s) {
-      const EmbeddingParams p = shard_params(c, n, s);
-      const Embedding op(p);
-      OpHarness h(op);
-      h.set_bytes("table", table_rows(whole.input_bytes("table"), c, p.first_row, p.vocab));
+      Shard shard(c, n, s, whole.input_bytes("table"));
+      OpHarness& h = shard.h;
       h.set_bytes("tokens", id_bytes);
       h.set_scalar("rows", HostArg::i64(rows));
       ASSERT_TRUE(h.runs());
       const testing::Bytes& got = h.device_bytes("out");
-      EXPECT_EQ(got, h.reference_bytes("out")) << op.name() << ": device vs reference";
+      EXPECT_EQ(got, h.reference_bytes("out")) << shard.op.name() << ": device vs reference";
       for (int64_t r = 0; r < rows; ++r) {
         const testing::Bytes row(got.begin() + r * row_bytes, got.begin() + (r + 1) * row_bytes);
-        if (static_cast<uint64_t>(ids[r]) - p.first_row < p.vocab) {
-          EXPECT_TRUE(std::equal(row.begin(), row.end(), want.begin() + r * row_bytes)) << op.name() << " row " << r;
+        if (shard.holds(ids[r])) {
+          EXPECT_TRUE(std::equal(row.begin(), row.end(), want.begin() + r * row_bytes))
+              << shard.op.name() << " row " << r;
         } else {
-          EXPECT_TRUE(all_minus_zero(row)) << op.name() << " row " << r << ": not -0.0f";
+          EXPECT_TRUE(all_minus_zero(row)) << shard.op.name() << " row " << r << ": not -0.0f";
         }
       }
       EXPECT_TRUE(std::all_of(got.begin() + used, got.end(), [](uint8_t v) { return v == 0xFF; }))
-          << op.name() << ": wrote past `rows`";
-      const std::vector<float> out = h.device_f32("out");
-      if (sum.empty()) {
-        sum = out;
-      } else {
-        for (size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
-      }
+          << shard.op.name() << ": wrote past `rows`";
+      add_to_sum(sum, h.device_f32("out"));
     }
     EXPECT_EQ(std::memcmp(sum.data(), want.data(), used), 0) << "sum of " << n << " shards";
   }

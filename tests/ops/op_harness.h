@@ -57,8 +57,8 @@ struct Bind {
 struct LoadedOp {
   std::shared_ptr<hal::Device> dev;
   ops::Kernel kernel;
-  hal::DeviceAddr code = 0;
-  hal::StreamId stream = 0;
+  hal::DeviceAddr code{};
+  hal::StreamId stream{};
 
   // Uploads `buffers` to fresh device buffers, launches with kernel argument i bound
   // as args[i] says, and returns the buffers with what the kernel wrote through its
@@ -133,7 +133,7 @@ class OpHarness {
     std::vector<Bind> binds;
     for (size_t i = 0; i < sig_.size(); ++i) {
       if (sig_[i].is_scalar()) {
-        binds.push_back(Bind::value(hal::KernelArg{true, 0, 0, scalars_[sig_[i].name].bits}));
+        binds.push_back(Bind::value(hal::KernelArg{true, hal::DeviceAddr{}, 0, scalars_[sig_[i].name].bits}));
       } else {
         binds.push_back(Bind::to(buffers.size()));
         buffers.push_back(initial_[i]);

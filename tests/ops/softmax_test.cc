@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "hal/sim_test_util.h"
 #include "ops/op_harness.h"
 
 namespace npurt::ops {
@@ -11,11 +12,7 @@ namespace {
 
 // Uniform in [-scale, scale): a large scale makes exp() and the max subtraction matter.
 std::vector<float> random_scores(size_t n, float scale, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
+  return testing::random_floats(n, seed, -scale, scale);
 }
 
 class SoftmaxShapes : public ::testing::TestWithParam<SoftmaxParams> {};

@@ -20,6 +20,7 @@
 #include "npurt/graph/operator_sequence.h"
 #include "npurt/isa/builder.h"
 #include "npurt/ops/elementwise.h"
+#include "value_or_die.h"
 
 namespace npurt {
 namespace {
@@ -32,22 +33,15 @@ graph::OperatorSequence add_sequence(const std::string& name, ops::ElementwiseKi
                                  {{"a", kN}, {"b", kN}, {"out", kN}});
 }
 
-template <typename T>
-T must(StatusOr<T> v) {
-  if (!v.ok()) {
-    ADD_FAILURE() << v.status().to_string();
-    std::abort();
-  }
-  return std::move(v).value();
-}
+using npurt::testing::value_or_die;
 
 void fill(graph::CompiledSequence& seq, const std::string& name, float value) {
-  View v = must(seq.get_buffer(name));
+  View v = value_or_die(seq.get_buffer(name));
   std::fill_n(reinterpret_cast<float*>(v.data()), kN, value);
 }
 
 std::shared_ptr<Runtime> small_runtime() {
-  return must(Runtime::create("sim", {.cores = 4, .memory_bytes = 64ull << 20}));
+  return value_or_die(Runtime::create("sim", {.cores = 4, .memory_bytes = 64ull << 20}));
 }
 
 bool contains(const Status& s, const std::string& text) {
@@ -68,14 +62,14 @@ struct Objects {
 
   Objects() {
     runtime = small_runtime();
-    buffer = must(runtime->memory().create_buffer(4096, {.name = "survivor"}));
+    buffer = value_or_die(runtime->memory().create_buffer(4096, {.name = "survivor"}));
     view = buffer.view();
-    seq = must(add_sequence("add").compile(*runtime));
+    seq = value_or_die(add_sequence("add").compile(*runtime));
     fill(*seq, "a", 1.f);
     fill(*seq, "b", 2.f);
-    worker = must(runtime->make_worker());
+    worker = value_or_die(runtime->make_worker());
     code = seq->code_handles().front();
-    guard.emplace(must(runtime->memory().read(must(seq->get_buffer("b")))));
+    guard.emplace(value_or_die(runtime->memory().read(value_or_die(seq->get_buffer("b")))));
     graph::CompiledSequence* s = seq.get();
     run = worker->submit([s](exec::RunContext& ctx) { return s->enqueue(ctx.stream()); }, s->code_handles());
   }
@@ -175,7 +169,7 @@ TEST(Runtime, EveryObjectFailsByNameAfterClose) {
 
   isa::KernelBuilder b("late");
   b.exit();
-  Status registered = o.runtime->registry().register_image(must(b.build())).status();
+  Status registered = o.runtime->registry().register_image(value_or_die(b.build())).status();
   EXPECT_TRUE(contains(registered, "register_image 'late': the code registry is closed")) << registered.to_string();
 
   Status worker = o.runtime->make_worker().status();
@@ -192,9 +186,9 @@ TEST(Runtime, CloseMayRaceWithCallsOnEveryObject) {
   for (int round = 0; round < 12; ++round) {
     std::shared_ptr<Runtime> rt = small_runtime();
     std::shared_ptr<hal::Device> device = rt->shared_device();
-    std::unique_ptr<graph::CompiledSequence> seq = must(add_sequence("add").compile(*rt));
-    std::shared_ptr<exec::Worker> worker = must(rt->make_worker());
-    Buffer buffer = must(rt->memory().create_buffer(kN * sizeof(float)));
+    std::unique_ptr<graph::CompiledSequence> seq = value_or_die(add_sequence("add").compile(*rt));
+    std::shared_ptr<exec::Worker> worker = value_or_die(rt->make_worker());
+    Buffer buffer = value_or_die(rt->memory().create_buffer(kN * sizeof(float)));
     std::atomic<bool> stop{false};
     std::atomic<int> wrong{0}, done{0};
     std::mutex mu;
@@ -216,7 +210,7 @@ TEST(Runtime, CloseMayRaceWithCallsOnEveryObject) {
         const Status s = seq->call();
         failed_by_name(s);
         if (!s.ok()) continue;
-        auto g = rt->memory().read(must(seq->get_buffer("out")));
+        auto g = rt->memory().read(value_or_die(seq->get_buffer("out")));
         if (!g.ok()) {
           failed_by_name(g.status());
           continue;
@@ -241,7 +235,7 @@ TEST(Runtime, CloseMayRaceWithCallsOnEveryObject) {
         failed_by_name(worker->submit([](exec::RunContext&) { return ok_status(); }, {}).wait());
         isa::KernelBuilder b("k" + std::to_string(i % 4));
         b.exit();
-        failed_by_name(rt->registry().register_image(must(b.build())).status());
+        failed_by_name(rt->registry().register_image(value_or_die(b.build())).status());
       }
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(2 + round));
@@ -267,12 +261,12 @@ TEST(Runtime, CloseMayRaceWithCallsOnEveryObject) {
 // call and replaced (fresh, primed) only after code was published.
 TEST(Runtime, OnePrimingKernelAndStreamsReplacedOnlyAfterAPublication) {
   std::shared_ptr<Runtime> rt = small_runtime();
-  auto seq = must(add_sequence("add").compile(*rt));
+  auto seq = value_or_die(add_sequence("add").compile(*rt));
   fill(*seq, "a", 1.f);
   fill(*seq, "b", 2.f);
   const uint64_t kernels = seq->code_handles().size();
   EXPECT_EQ(rt->registry().stats().publications, kernels + 1) << "the sequence's kernels and one prime";
-  auto worker = must(rt->make_worker());
+  auto worker = value_or_die(rt->make_worker());
   EXPECT_EQ(rt->registry().stats().publications, kernels + 1) << "the worker found the prime resident";
 
   const hal::Counters c0 = rt->device().counters();
@@ -282,7 +276,7 @@ TEST(Runtime, OnePrimingKernelAndStreamsReplacedOnlyAfterAPublication) {
                                        "context's transfer stream";
   EXPECT_EQ(c1.launches, 3u + 1u) << "three calls and one priming launch";
 
-  auto other = must(add_sequence("mul", ops::ElementwiseKind::kMul).compile(*rt));  // a publication
+  auto other = value_or_die(add_sequence("mul", ops::ElementwiseKind::kMul).compile(*rt));  // a publication
   EXPECT_EQ(rt->registry().stats().publications, kernels + 2);
   const hal::Counters c2 = rt->device().counters();
   ASSERT_TRUE(seq->call().ok());
@@ -303,8 +297,8 @@ TEST(Runtime, OnePrimingKernelAndStreamsReplacedOnlyAfterAPublication) {
   const hal::Counters c5 = rt->device().counters() - c4;
   EXPECT_EQ(c5.streams_created, 2u) << "one per slot (depth 2)";
   EXPECT_EQ(worker->stats().prime_launches, 2u);
-  View out = must(seq->get_buffer("out"));
-  ReadGuard g = must(rt->memory().read(out));
+  View out = value_or_die(seq->get_buffer("out"));
+  ReadGuard g = value_or_die(rt->memory().read(out));
   for (float v : g.as<float>()) ASSERT_EQ(v, 3.f);
 }
 

@@ -39,6 +39,12 @@ struct Arg {
   Arg(std::string_view key, const std::string& value) : Arg(key, std::string_view(value)) {}
   template <std::integral T>
   Arg(std::string_view key, T value) : key(key), json(std::to_string(value)) {}
+  // A typed id or address (hal/ids.h): its number.
+  template <typename T>
+    requires requires(T t) {
+      { t.value() } -> std::integral;
+    }
+  Arg(std::string_view key, T value) : Arg(key, value.value()) {}
   Arg(std::string_view key, bool value) : key(key), json(value ? "true" : "false") {}
   Arg(std::string_view key, double value);
 

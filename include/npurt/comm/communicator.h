@@ -98,9 +98,9 @@ struct CommOptions {
   // (DeviceInfo::host_addressable_memory), MPI reads and writes the views' device bytes
   // themselves; false (or on other devices): through host staging copies.
   bool device_direct = true;
-  // false is WRONG, for tests only: device memory that MPI may still write after a
-  // timeout (device-direct) is freed and reused like any other.
-  bool retain_abandoned_memory = true;
+  // Device memory that MPI may still write after a timeout (device-direct) is kept
+  // until the process exits; Hazard::kReusesAbandonedMpiMemory (base/hazards.h) is the
+  // wrong policy tests use, freeing and reusing it like any other.
 };
 
 // The element size of a summable dtype, or 0.

@@ -45,11 +45,9 @@ class DeviceGroup {
   std::shared_ptr<Communicator> communicator(int rank) const;
   // Closes every runtime (Runtime::close); collectives fail afterwards.
   void close();
-
-  // WRONG, for tests only: collectives stop waiting for the work already on their
-  // stream (a peer copy reads the bytes before the kernel that writes them ran), so a
-  // test can show it catches a collective that skips its stream ordering.
-  void set_skip_stream_ordering_for_test(bool skip);
+  // Hazard::kCollectivesSkipOrdering (base/hazards.h) is the wrong policy tests use:
+  // collectives stop waiting for the work already on their stream (a peer copy reads
+  // the bytes before the kernel that writes them ran).
 
  private:
   explicit DeviceGroup(std::shared_ptr<group_detail::GroupState> state);

@@ -38,6 +38,7 @@
 #include <string>
 
 #include "npurt/base/status.h"
+#include "npurt/exec/factory_key.h"
 #include "npurt/hal/device.h"
 #include "npurt/isa/image.h"
 
@@ -93,6 +94,8 @@ class CodeHandle {
   CodeHash hash() const;
   const std::string& name() const;
   uint64_t bytes() const;
+  // The resident image (null for an empty handle), valid while this handle holds it.
+  const isa::Image* image() const;
   // The publication epoch this image's upload produced.
   uint64_t published_at() const;
   // Holders of this resident image right now (registrations and in-flight runs):
@@ -113,7 +116,8 @@ class CodeHandle {
 
 class CodeRegistry {
  public:
-  explicit CodeRegistry(std::shared_ptr<hal::Device> device, CodeRegistryOptions options = {});
+  // Runtime::registry() is the one of a runtime's device (factory_key.h).
+  CodeRegistry(FactoryKey key, std::shared_ptr<hal::Device> device, CodeRegistryOptions options = {});
   // Handles still alive keep the registry's state (and their blocks) until they go.
   ~CodeRegistry();
 

@@ -43,18 +43,16 @@ namespace npurt::exec {
 
 struct StreamPoolOptions {
   uint32_t slots = 1;  // in [1, StreamSlots::kMaxDepth]
-  // kPublicationAware is the correct rule; kNaiveLastImage is WRONG, for tests only.
-  ReusePolicy policy = ReusePolicy::kPublicationAware;
-  // false is WRONG, for tests only: fresh streams are not primed, which reopens the
-  // stale-instruction hazard for uses whose first launch does not cover every core.
-  bool prime_fresh_streams = true;
 };
+// A pool reads Hazard::kUnprimedStreams and kNaiveStreamReuse (base/hazards.h), the
+// wrong policies tests use to show they catch the stale-instruction hazard, when it is
+// made.
 
 class StreamPool {
  public:
   // `name` says whose streams these are in errors ("worker 3", "sequence 'swiglu'").
   // `registry` may be null (see above); otherwise it must be of `device`.
-  static StatusOr<std::unique_ptr<StreamPool>> make(std::string name,
+  static StatusOr<std::unique_ptr<StreamPool>> make(FactoryKey key, std::string name,
                                                     std::shared_ptr<hal::Device> device,
                                                     std::shared_ptr<CodeRegistry> registry,
                                                     StreamPoolOptions options = {});

@@ -65,12 +65,13 @@
 #include <string_view>
 
 #include "npurt/base/status.h"
+#include "npurt/hal/ids.h"
 
 namespace npurt::exec {
 
-// An opaque device stream. 0 is never a valid stream (as for hal::StreamId).
-using StreamHandle = uint64_t;
-inline constexpr StreamHandle kNoStream = 0;
+// A device stream; kNoStream (the zero id) is never a valid one.
+using StreamHandle = hal::StreamId;
+inline constexpr StreamHandle kNoStream{};
 
 // How StreamSlots makes and unmakes streams. Both must be set. `create` must not
 // return kNoStream. `destroy` waits for the stream's queued work and releases it; an

@@ -75,16 +75,10 @@ class Worker;
 struct WorkerOptions {
   // Pipeline slots (runs in flight), in [1, StreamSlots::kMaxDepth].
   uint32_t depth = StreamSlots::kDefaultDepth;
-  // kPublicationAware is the correct rule. kNaiveLastImage is WRONG and exists only
-  // so tests can prove they catch the stale-instruction hazard.
-  ReusePolicy policy = ReusePolicy::kPublicationAware;
   // A fresh stream for every run (created at submit, destroyed at retirement, which
   // StreamSlots counts as an unproven retirement): the always-safe, slower peer that
   // benchmarks compare reuse against.
   bool stream_per_run = false;
-  // Prime fresh streams (see "Priming" above). Turning it off is for tests only: it
-  // reopens the hazard for runs whose first launch does not cover every core.
-  bool prime_fresh_streams = true;
   // A run that has not finished this long after its callable returned is stopped: its
   // stream is aborted and the run fails with kDeadlineExceeded (a hung kernel, say).
   // Zero: no limit.
@@ -181,7 +175,7 @@ class Worker {
  public:
   // Runs on the registry's device. kInvalidArgument for bad options; device errors
   // (creating events, registering the priming kernel) with context.
-  static StatusOr<std::unique_ptr<Worker>> make(std::shared_ptr<CodeRegistry> registry,
+  static StatusOr<std::unique_ptr<Worker>> make(FactoryKey key, std::shared_ptr<CodeRegistry> registry,
                                                 WorkerOptions options = {});
   ~Worker();
   // Waits for every submitted run to retire, then destroys the slots' streams and

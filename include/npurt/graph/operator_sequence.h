@@ -81,16 +81,11 @@ using Scalars = std::map<std::string, ScalarValue, std::less<>>;
 
 class CompiledSequence;
 
+// Fused steps get a barrier only where a step touches bytes a step since the last
+// barrier writes, or writes bytes one reads. Hazard::kNoStepBarriers (base/hazards.h)
+// is the wrong plan tests use: no barrier between fused steps at all, so a step may
+// read bytes other blocks have not written yet.
 struct CompileOptions {
-  // false is WRONG, for tests only: call()'s fresh streams are not primed over every
-  // core, so cores their first launch does not use may run stale instruction lines
-  // of freed code at recycled addresses.
-  bool prime_stream = true;
-  // false is WRONG, for tests only: fused steps get no barrier between them at all, so
-  // a step may read bytes other blocks have not written yet. (true: a barrier only
-  // where a step touches bytes a step since the last barrier writes, or writes bytes
-  // one reads.)
-  bool plan_barriers = true;
   // Buffers this sequence binds but does not own: name -> a view of another owner's
   // buffer in the same memory context (say, another sequence's weights and KV cache),
   // of exactly the bytes `buffer_sizes` gives the name. They get no arena space;

@@ -1,9 +1,9 @@
 // The device interface (HAL): everything npurt needs from an NPU, and nothing more.
 //
 // Ownership: every object a Device hands out (memory blocks, streams, events) is
-// identified by a plain handle value and owned by the caller until it frees it; the
-// owning handles in hal/handles.h do that automatically and keep the device (held as
-// a std::shared_ptr by everything that uses it) alive meanwhile. Handles are never reused
+// identified by a value of its own type (ids.h) and owned by the caller until it frees
+// it; the owning handles in hal/handles.h do that automatically and keep the device
+// (held as a std::shared_ptr by everything that uses it) alive meanwhile. Handles are never reused
 // within a device's lifetime except device addresses, which the allocator recycles on
 // purpose (that is how real devices behave, and what the stale-instruction hazard is
 // about).
@@ -37,30 +37,28 @@
 #include "npurt/base/status.h"
 #include "npurt/hal/counters.h"
 #include "npurt/hal/faults.h"
+#include "npurt/hal/ids.h"
 #include "npurt/isa/image.h"
 
 namespace npurt::hal {
 
-using DeviceAddr = uint64_t;  // 0 is never a valid address
-using StreamId = uint64_t;    // 0 is never a valid stream
-using EventId = uint64_t;     // 0 is never a valid event
 
 // One launch argument. Buffers are (address, length) ranges inside one live
 // allocation; the kernel can touch exactly those bytes. Scalars carry raw bits
 // (int64, or an f32 in the low 32 bits).
 struct KernelArg {
   static KernelArg buffer(DeviceAddr addr, uint64_t bytes) { return {false, addr, bytes, 0}; }
-  static KernelArg scalar_i64(int64_t v) { return {true, 0, 0, static_cast<uint64_t>(v)}; }
+  static KernelArg scalar_i64(int64_t v) { return {true, DeviceAddr{}, 0, static_cast<uint64_t>(v)}; }
   static KernelArg scalar_f32(float v);
 
   bool is_scalar = false;
-  DeviceAddr addr = 0;
+  DeviceAddr addr{};
   uint64_t bytes = 0;
   uint64_t bits = 0;
 };
 
 struct LaunchParams {
-  DeviceAddr image = 0;   // where the image was uploaded with upload_code
+  DeviceAddr image{};     // where the image was uploaded with upload_code
   uint32_t grid = 1;      // number of blocks; block i runs on core i % num_cores
   std::vector<KernelArg> args;
 };

@@ -22,52 +22,56 @@ namespace handles_detail {
 template <typename Release>
 class Owned {
  public:
+  using IdType = typename Release::IdType;
   Owned() = default;
-  Owned(std::shared_ptr<Device> device, uint64_t id) : device_(std::move(device)), id_(id) {}
+  Owned(std::shared_ptr<Device> device, IdType id) : device_(std::move(device)), id_(id) {}
   ~Owned() { release().ignore(); }
   Owned(Owned&& other) noexcept
-      : device_(std::move(other.device_)), id_(std::exchange(other.id_, 0)) {}
+      : device_(std::move(other.device_)), id_(std::exchange(other.id_, IdType{})) {}
   Owned& operator=(Owned&& other) noexcept {
     if (this != &other) {
       release().ignore();
       device_ = std::move(other.device_);
-      id_ = std::exchange(other.id_, 0);
+      id_ = std::exchange(other.id_, IdType{});
     }
     return *this;
   }
   Owned(const Owned&) = delete;
   Owned& operator=(const Owned&) = delete;
 
-  bool valid() const { return id_ != 0; }
+  bool valid() const { return static_cast<bool>(id_); }
   explicit operator bool() const { return valid(); }
   Device& device() const { return *device_; }
   const std::shared_ptr<Device>& shared_device() const { return device_; }
 
   Status release() {
-    if (id_ == 0) return ok_status();
-    Status s = Release::apply(*device_, std::exchange(id_, 0));
+    if (!id_) return ok_status();
+    Status s = Release::apply(*device_, std::exchange(id_, IdType{}));
     device_.reset();
     return s;
   }
 
  protected:
-  uint64_t id() const { return id_; }
+  IdType id() const { return id_; }
 
  private:
   std::shared_ptr<Device> device_;
-  uint64_t id_ = 0;
+  IdType id_{};
 };
 
 struct FreeBlock {
-  static Status apply(Device& d, uint64_t addr) { return d.free(addr); }
+  using IdType = DeviceAddr;
+  static Status apply(Device& d, DeviceAddr addr) { return d.free(addr); }
 };
 struct StreamCalls {
+  using IdType = StreamId;
   static StatusOr<StreamId> create(Device& d) { return d.create_stream(); }
-  static Status apply(Device& d, uint64_t id) { return d.destroy_stream(id); }
+  static Status apply(Device& d, StreamId id) { return d.destroy_stream(id); }
 };
 struct EventCalls {
+  using IdType = EventId;
   static StatusOr<EventId> create(Device& d) { return d.create_event(); }
-  static Status apply(Device& d, uint64_t id) { return d.destroy_event(id); }
+  static Status apply(Device& d, EventId id) { return d.destroy_event(id); }
 };
 
 // A handle to an object the device makes from nothing but an id (a stream, an event).
@@ -76,13 +80,13 @@ class Created : public Owned<Calls> {
  public:
   Created() = default;
   static StatusOr<Created> create(std::shared_ptr<Device> device) {
-    NPURT_ASSIGN_OR_RETURN(uint64_t id, Calls::create(*device));
+    NPURT_ASSIGN_OR_RETURN(typename Calls::IdType id, Calls::create(*device));
     return Created(std::move(device), id);
   }
-  uint64_t id() const { return Owned<Calls>::id(); }
+  typename Calls::IdType id() const { return Owned<Calls>::id(); }
 
  private:
-  Created(std::shared_ptr<Device> device, uint64_t id) : Owned<Calls>(std::move(device), id) {}
+  Created(std::shared_ptr<Device> device, typename Calls::IdType id) : Owned<Calls>(std::move(device), id) {}
 };
 
 }  // namespace handles_detail

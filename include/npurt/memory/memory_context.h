@@ -91,6 +91,7 @@
 #include <span>
 
 #include "npurt/base/status.h"
+#include "npurt/exec/code_registry.h"
 #include "npurt/hal/device.h"
 #include "npurt/isa/image.h"
 #include "npurt/memory/buffer.h"
@@ -100,35 +101,25 @@
 
 namespace npurt {
 
-enum class CoherencePolicy : uint8_t {
-  // Exact per-range tracking: the rules above.
-  kExact,
-  // WRONG on purpose: emulates the production runtime whose stale-data bugs the
-  // exact policy prevents, so that tests can show they catch them. Per buffer it
-  // keeps two flags instead of a coherence map:
+// Hazard::kNaiveCoherence (base/hazards.h) is WRONG on purpose: it emulates the
+// production runtime whose stale-data bugs the exact tracking above prevents, so that
+// tests can show they catch them. Per buffer it keeps two flags instead of a
+// coherence map:
   //   * a residency flag: the first sync of any view uploads the whole buffer and
   //     sets it (the "initial upload"); after that, a declared host write on any view
   //     sets one shared dirty flag, and the next sync of any view uploads that view
   //     only and clears the flag (a sibling's sync swallows the mark);
   //   * a read-back flag: set by the first launch that writes the buffer, cleared by
   //     the next host fetch, which downloads the whole buffer; later launches do not
-  //     set it again (looped dispatches return a stale output);
-  // and it ignores tracked-mode raw writes. Dependencies are tracked as in kExact.
-  kNaiveResidencyFlags,
-};
-
-const char* coherence_policy_name(CoherencePolicy policy);
+//     set it again (looped dispatches return a stale output);
+// and it ignores tracked-mode raw writes. Dependencies are tracked as exactly.
+// The context's other hazards: kUnorderedConflicts (transfers and launches no longer
+// wait for conflicting work on other streams; dependencies are still recorded, frees
+// still deferred), kNoResendOfFailedUploads (bytes whose upload belonged to work that
+// failed count as on the device, see "Faults" above), kLaunchesDropTheirCode (a
+// launch does not hold its code). A context reads them when it is made.
 
 struct MemoryOptions {
-  CoherencePolicy policy = CoherencePolicy::kExact;
-  // false is WRONG on purpose, for tests only: transfers and launches no longer wait
-  // for conflicting work on other streams (dependencies are still recorded, and
-  // frees still deferred), so tests can show they catch ordering hazards.
-  bool order_conflicting_work = true;
-  // false is WRONG on purpose, for tests only: bytes whose upload belonged to device
-  // work that failed count as on the device anyway (see "Faults" above), so tests can
-  // show they catch a kernel reading the garbage a failed copy left.
-  bool resend_failed_uploads = true;
   // Staging memory kept for reuse by launch() uploads once their copies completed.
   uint64_t max_pooled_staging_bytes = 64ull << 20;
 };
@@ -206,18 +197,20 @@ class MemoryContext {
 
   // ---- device access (asynchronous) ----
   // Enqueues on `stream`: waits for conflicting earlier work, the upload of the
-  // stale bytes of `in`/`inout` views, and the launch of the image resident at
-  // `code` (uploaded by the caller, e.g. through exec::CodeRegistry). Checks first,
-  // enqueuing nothing on a mismatch: argument count, buffer vs scalar, scalar type,
+  // stale bytes of `in`/`inout` views, and the launch of `code`, an image resident
+  // through an exec::CodeRegistry. The launch holds a copy of `code` until its work
+  // has completed, so the image stays resident (and its address is not handed to
+  // other code) however soon the caller drops its own handle. Checks first,
+  // enqueuing nothing on a mismatch: an empty handle, argument count, buffer vs scalar, scalar type,
   // expected access, view length a whole number of `dtype` elements (blocks), views
   // non-empty, attached, alive and of this context (kInvalidArgument or
   // kFailedPrecondition naming the kernel and the argument); and no input whose
   // device bytes were written by work known to have failed (that work's error).
   // Device errors while enqueuing are returned. The kernel's own failure surfaces on
   // the stream, on host reads of its outputs, and on launches that consume them.
-  Status launch(hal::StreamId stream, hal::DeviceAddr code, const isa::Image& image, uint32_t grid,
+  Status launch(hal::StreamId stream, const exec::CodeHandle& code, uint32_t grid,
                 std::span<const LaunchArg> args);
-  // What launch(stream, code, image, grid, args) would do now (launch_plan.h),
+  // What launch(stream, code, grid, args) of `image` would do now (launch_plan.h),
   // with the same checks and errors, enqueuing nothing and changing no state (it
   // records the raw writes tracked mode caught in its inputs and the failed uploads
   // it learns of, as any call does).

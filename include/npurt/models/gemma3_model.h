@@ -66,8 +66,6 @@ struct Gemma3Options {
   uint32_t batch_sequences = 0;
   uint32_t kv_blocks = 0;
   uint32_t kv_block_positions = 16;
-  // WRONG, for tests only: the prefill attention ignores the sliding window.
-  bool prefill_ignores_window_for_test = false;
 };
 
 // One sequence's token in a decode_batch() call.

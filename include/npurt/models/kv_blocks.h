@@ -54,8 +54,6 @@ struct KvBlocksOptions {
   uint32_t blocks = 0;            // in the pool, >= 1
   uint32_t block_positions = 16;  // positions per block, >= 1
   uint32_t window = 0;            // keep only the blocks of the last `window` positions; 0: all
-  // WRONG, for tests only: append() writes into shared blocks instead of copying them.
-  bool writes_shared_blocks_for_test = false;
 };
 
 // Copy every row of block `from` to block `to` (before the step writes).

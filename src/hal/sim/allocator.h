@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "npurt/base/status.h"
+#include "npurt/hal/ids.h"
 
 namespace npurt::sim {
 
@@ -32,6 +33,9 @@ class GmAllocator {
   };
   // The live block containing [addr, addr + bytes), if any.
   std::optional<Block> live_block_containing(uint64_t addr, uint64_t bytes) const;
+  std::optional<Block> live_block_containing(hal::DeviceAddr addr, uint64_t bytes) const {
+    return live_block_containing(addr.value(), bytes);
+  }
   uint64_t bytes_in_use() const { return in_use_; }
   size_t free_block_count() const { return free_by_addr_.size(); }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "npurt/base/status.h"
+#include "npurt/hal/ids.h"
 #include "npurt/isa/image.h"
 #include "npurt/isa/isa.h"
 
@@ -30,7 +31,9 @@ struct GlobalMemory {
   uint64_t* shadow = nullptr;   // sanitizer: 1 bit per byte "has been written"; else null
 
   uint8_t* ptr(uint64_t addr) const { return host + (addr - base_addr); }
+  uint8_t* ptr(hal::DeviceAddr addr) const { return ptr(addr.value()); }
   void mark_initialized(uint64_t addr, uint64_t n) const;
+  void mark_initialized(hal::DeviceAddr addr, uint64_t n) const { mark_initialized(addr.value(), n); }
   void mark_uninitialized(uint64_t addr, uint64_t n) const;
   // First never-written address in [addr, addr + n), if any.
   std::optional<uint64_t> first_uninitialized(uint64_t addr, uint64_t n) const;
