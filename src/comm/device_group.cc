@@ -40,7 +40,8 @@ struct RankState {
   std::shared_ptr<Runtime> runtime;
   hal::DeviceBlock landing;  // 2 x size x chunk_bytes
   Adder add_f32, add_bf16;
-  hal::Stream side;  // WRONG-on-purpose mode only: where pushes skip the stream's order
+  // Hazard::kCollectivesSkipOrdering only: where pushes skip the stream's order.
+  std::shared_ptr<exec::StreamPool> side;
 };
 
 struct GroupState {
@@ -183,9 +184,20 @@ class InProcessCommunicator final : public Communicator {
   // Step 1: this rank's piece into its slot of every zone (its own zone's slot only
   // with `own_slot`).
   Status push(const Round& r, hal::DeviceAddr piece, bool own_slot = true) {
-    hal::StreamId on = r.stream;
-    const bool skip = hazard_on(Hazard::kCollectivesSkipOrdering);
-    if (skip) NPURT_RETURN_IF_ERROR(side_stream(&on));
+    if (!hazard_on(Hazard::kCollectivesSkipOrdering)) return push_on(r.stream, r, piece, own_slot);
+    // WRONG on purpose: the pushes run on a side stream that does not wait for the
+    // stream's earlier work (the host waits for them instead).
+    RankState& me = g_->ranks[rank_];
+    if (!me.side) {
+      NPURT_ASSIGN_OR_RETURN(me.side, me.runtime->make_stream_pool("rank " + std::to_string(rank_) + " side"));
+    }
+    NPURT_ASSIGN_OR_RETURN(exec::SlotLease lease, me.side->acquire());
+    const Status pushed = push_on(lease.stream, r, piece, own_slot);
+    const Status finished = me.side->finish(lease);
+    return pushed.ok() ? finished : pushed;
+  }
+
+  Status push_on(hal::StreamId on, const Round& r, hal::DeviceAddr piece, bool own_slot) {
     for (int j = 0; j < size(); ++j) {
       if (j == rank_ && !own_slot) continue;
       const hal::DeviceAddr dst = slot(j, rank_, r.round);
@@ -193,20 +205,6 @@ class InProcessCommunicator final : public Communicator {
                                        : device().copy_to_peer(on, g_->ranks[j].runtime->shared_device(), dst,
                                                                piece, r.length));
     }
-    if (!skip) return ok_status();
-    // The side stream's pushes did not wait for the stream's earlier work; the
-    // arrival still waits for the pushes.
-    NPURT_ASSIGN_OR_RETURN(hal::Event done, hal::Event::create(self().runtime->shared_device()));
-    NPURT_RETURN_IF_ERROR(device().record_event(on, done.id()));
-    return device().wait_event(r.stream, done.id());
-  }
-
-  Status side_stream(hal::StreamId* out) {
-    RankState& me = g_->ranks[rank_];
-    if (!me.side) {
-      NPURT_ASSIGN_OR_RETURN(me.side, hal::Stream::create(me.runtime->shared_device()));
-    }
-    *out = me.side.id();
     return ok_status();
   }
 
