@@ -24,9 +24,8 @@
 namespace {
 
 using namespace npurt;
+using namespace npurt::bench;
 using hal::KernelArg;
-using npurt::bench::must;
-using npurt::bench::Samples;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kTimeout = std::chrono::milliseconds(20);
@@ -73,10 +72,8 @@ void BM_HungRunDeadlineToError(benchmark::State& state) {
     must(rig.submit(*worker).wait());  // its slot takes a fresh stream: not timed
     plain.time([&] { must(rig.submit(*worker).wait()); });
   }
-  const double late_us = late.median() * 1e6, plain_us = plain.median() * 1e6;
-  state.counters["median_deadline_to_error_us"] = late_us;
-  state.counters["median_plain_run_us"] = plain_us;
-  state.counters["ratio_to_plain_run"] = late_us / plain_us;
+  report_ratio(state, "median_deadline_to_error_us", late.median() * 1e6, "median_plain_run_us",
+               plain.median() * 1e6, "ratio_to_plain_run");
 }
 BENCHMARK(BM_HungRunDeadlineToError)->Iterations(30)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -101,10 +98,8 @@ void BM_ResetToNextSuccessfulRun(benchmark::State& state) {
     if (hung.wait().code() != StatusCode::kAborted) state.SkipWithError("the hung run was not abandoned");
     fresh_run.time([&] { must(rig.submit(*fresh).wait()); });
   }
-  const double rec_us = recovery.median() * 1e6, fresh_us = fresh_run.median() * 1e6;
-  state.counters["median_reset_to_next_result_us"] = rec_us;
-  state.counters["median_fresh_stream_run_us"] = fresh_us;
-  state.counters["ratio_to_fresh_stream_run"] = rec_us / fresh_us;
+  report_ratio(state, "median_reset_to_next_result_us", recovery.median() * 1e6, "median_fresh_stream_run_us",
+               fresh_run.median() * 1e6, "ratio_to_fresh_stream_run");
 }
 BENCHMARK(BM_ResetToNextSuccessfulRun)->Iterations(30)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "hal/device_without_peers.h"
 #include "npurt/hal/sim/sim_device.h"
 #include "npurt/isa/builder.h"
 #include "npurt/memory/memory_context.h"
@@ -86,7 +87,7 @@ double median(std::vector<double> v) {
 // A device on which every command completes the moment it is issued: launches
 // through it cost exactly the memory layer's bookkeeping plus a few virtual calls,
 // without the simulator's queueing and the noise of its threads.
-class NullDevice final : public hal::Device {
+class NullDevice final : public npurt::testing::DeviceWithoutPeers {
  public:
   const hal::DeviceInfo& info() const override { return info_; }
   StatusOr<hal::DeviceAddr> allocate(uint64_t bytes, uint64_t) override {
@@ -115,14 +116,6 @@ class NullDevice final : public hal::Device {
   }
   Status copy_on_device(hal::StreamId, hal::DeviceAddr, hal::DeviceAddr, uint64_t) override {
     return ok_status();
-  }
-  bool can_access_peer(const hal::Device&) const override { return false; }
-  Status copy_to_peer(hal::StreamId, std::shared_ptr<hal::Device>, hal::DeviceAddr, hal::DeviceAddr,
-                      uint64_t) override {
-    return unimplemented("the null device has no peers");
-  }
-  Status wait_peer_event(hal::StreamId, hal::Device&, hal::EventId) override {
-    return unimplemented("the null device has no peers");
   }
   Status enqueue_host_function(hal::StreamId, std::function<Status(const Status&)> fn) override {
     return fn(ok_status());

@@ -55,14 +55,6 @@ int blas_threads() {
   return n;
 }
 
-// Our rate next to the peer's (or limit's) measured in the same run, and their ratio.
-void report_rates(benchmark::State& state, const char* ours, double ours_rate, const char* peer, double peer_rate,
-                  const char* ratio) {
-  state.counters[ours] = ours_rate;
-  state.counters[peer] = peer_rate;
-  state.counters[ratio] = ours_rate / peer_rate;
-}
-
 // With `cold`, a 512 MiB read evicts the caches before every timed sample of either
 // side, so both stream their weights from DRAM; without, both run from warm caches.
 void BM_GemvBf16VsSgemv(benchmark::State& state) {
@@ -87,7 +79,7 @@ void BM_GemvBf16VsSgemv(benchmark::State& state) {
   const double ours_gbps = weights * 2 / mine.median() / 1e9, peer_gbps = weights * 4 / peer.median() / 1e9;
   state.SetLabel(cold ? "caches flushed before each sample" : "warm caches");
   state.counters["median_us"] = mine.median() * 1e6;
-  report_rates(state, "weight_GBps", ours_gbps, "sgemv_weight_GBps", peer_gbps, "ratio_to_sgemv");
+  report_ratio(state, "weight_GBps", ours_gbps, "sgemv_weight_GBps", peer_gbps, "ratio_to_sgemv");
   state.counters["target_ratio"] = 0.8;
 }
 BENCHMARK(BM_GemvBf16VsSgemv)
@@ -111,7 +103,7 @@ void BM_GemvQuantVsStreamRead(benchmark::State& state) {
   const double ours_gbps = bytes / mine.median() / 1e9, read_gbps = stream.bytes() / limit.median() / 1e9;
   state.SetLabel(std::string(isa::dtype_name(type)) + " " + std::to_string(m) + "x" + std::to_string(k));
   state.counters["median_us"] = mine.median() * 1e6;
-  report_rates(state, "weight_GBps", ours_gbps, "stream_read_GBps", read_gbps, "ratio_to_read");
+  report_ratio(state, "weight_GBps", ours_gbps, "stream_read_GBps", read_gbps, "ratio_to_read");
   state.counters["target_ratio"] = 0.7;
 }
 BENCHMARK(BM_GemvQuantVsStreamRead)
@@ -135,7 +127,7 @@ void BM_GemmBf16VsSgemm(benchmark::State& state) {
   const double flops = 2.0 * n * n * n;
   const double ours_gflops = flops / mine.median() / 1e9, peer_gflops = flops / peer.median() / 1e9;
   state.counters["median_ms"] = mine.median() * 1e3;
-  report_rates(state, "GFLOPs", ours_gflops, "sgemm_GFLOPs", peer_gflops, "ratio_to_sgemm");
+  report_ratio(state, "GFLOPs", ours_gflops, "sgemm_GFLOPs", peer_gflops, "ratio_to_sgemm");
   state.counters["target_ratio"] = 0.5;
 }
 BENCHMARK(BM_GemmBf16VsSgemm)->Arg(1024)->ArgName("n")->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -160,7 +152,7 @@ void BM_WeightGemmVsSgemm(benchmark::State& state) {
   const double ours_gflops = flops / mine.median() / 1e9, peer_gflops = flops / peer.median() / 1e9;
   state.SetLabel(std::string(isa::dtype_name(weight)) + " " + std::to_string(m) + "x" + std::to_string(k));
   state.counters["median_ms"] = mine.median() * 1e3;
-  report_rates(state, "GFLOPs", ours_gflops, "sgemm_GFLOPs", peer_gflops, "ratio_to_sgemm");
+  report_ratio(state, "GFLOPs", ours_gflops, "sgemm_GFLOPs", peer_gflops, "ratio_to_sgemm");
   state.counters["fma_peak_GFLOPs"] = fma_peak_gflops() * std::thread::hardware_concurrency();
 }
 BENCHMARK(BM_WeightGemmVsSgemm)
@@ -188,9 +180,7 @@ void latency(benchmark::State& state, const ops::Operator& op, std::map<std::str
   OpRunner empty{EmptyOp()};
   auto [mine, floor] = sample_alternately(state, [&] { ours.run(); }, [&] { empty.run(); });
   state.SetLabel(op.name() + ", grid " + std::to_string(ours.grid()));
-  state.counters["median_us"] = mine.median() * 1e6;
-  state.counters["empty_kernel_us"] = floor.median() * 1e6;
-  state.counters["ratio_to_empty"] = mine.median() / floor.median();
+  report_ratio(state, "median_us", mine.median() * 1e6, "empty_kernel_us", floor.median() * 1e6, "ratio_to_empty");
 }
 
 // Gemma-3-270M decode shapes.

@@ -38,4 +38,13 @@ std::pair<Samples, Samples> sample_alternately(benchmark::State& state, A a, B b
   return {std::move(sa), std::move(sb)};
 }
 
+// Our figure next to the peer's (or limit's) measured in the same run, and their
+// ratio, as the counters `ours`, `peer` and `ratio`.
+inline void report_ratio(benchmark::State& state, const char* ours, double ours_value, const char* peer,
+                         double peer_value, const char* ratio) {
+  state.counters[ours] = ours_value;
+  state.counters[peer] = peer_value;
+  state.counters[ratio] = ours_value / peer_value;
+}
+
 }  // namespace npurt::bench

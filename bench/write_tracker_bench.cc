@@ -7,12 +7,11 @@
 // first-write benchmarks: proof that each write was really caught).
 
 #include <benchmark/benchmark.h>
-#include <sys/mman.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <optional>
 
+#include "memory/page_mapping.h"
 #include "npurt/memory/write_tracker.h"
 
 namespace npurt {
@@ -23,38 +22,24 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kPages = 256;
 
-size_t page() { return PageWriteTracker::page_size(); }
-
-class Mapping {
+// A mapping whose pages are populated up front, so that no zero-fill fault lands in
+// a timing.
+class Mapping : public testing::PageMapping {
  public:
-  explicit Mapping(size_t pages) : length_(pages * page()) {
-    void* p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
-    data_ = static_cast<volatile char*>(p);
-    for (size_t i = 0; i < length_; i += page())
-      data_[i] = 0;  // populate: no zero-fill faults later
+  explicit Mapping(size_t pages) : PageMapping(pages) { touch_pages(1, 0); }
+
+  // Writes `value` into each page with index i % stride == 0, through volatile so that
+  // every store happens.
+  void touch_pages(size_t stride, char value = 1) const {
+    volatile char* bytes = data();
+    for (size_t i = 0; i < length(); i += stride * page()) bytes[i] = value;
   }
-  ~Mapping() { munmap(const_cast<char*>(data_), length_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  volatile char* data() const { return data_; }
-  size_t length() const { return length_; }
-
-  // One byte into each page with index i % stride == 0.
-  void touch_pages(size_t stride) const {
-    for (size_t i = 0; i < length_; i += stride * page()) data_[i] = 1;
-  }
-
- private:
-  size_t length_;
-  volatile char* data_;
 };
 
 // Creates an armed tracker over m, or marks the benchmark skipped and returns false.
 bool start_tracking(benchmark::State& state, const Mapping& m, Mechanism mechanism,
                     std::optional<PageWriteTracker>* out) {
-  auto tracker = PageWriteTracker::create(const_cast<char*>(m.data()), m.length(), {mechanism});
+  auto tracker = PageWriteTracker::create(m.data(), m.length(), {mechanism});
   if (!tracker.ok()) {
     state.SkipWithError(tracker.status().to_string().c_str());
     return false;

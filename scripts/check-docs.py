@@ -318,6 +318,20 @@ def tail(text):
     return "\n".join(text.rstrip("\n").splitlines()[-TAIL_LINES:])
 
 
+def block_text(block):
+    """The block's lines as one text, each ending in a newline."""
+    return "\n".join(t for _, t in block.body) + "\n"
+
+
+def prefix_missing(prefix, results, where, kind):
+    """Whether the install prefix a check needs could not be made; if so, the check
+    (`kind` at `where`) is reported failed with the reason."""
+    err = prefix.get()
+    if err:
+        results.report(where, kind, False, err)
+    return bool(err)
+
+
 def work_dir(kind, block, used):
     digest = hashlib.sha1("\n".join(t for _, t in block.body).encode()).hexdigest()[:10]
     d = WORK / kind / f"{block.path.stem}-{digest}"
@@ -341,17 +355,15 @@ def run_program(kind, where, t0, results, cmd, env=None, source=None):
 def check_python(block, results):
     where, t0 = f"{rel(block.path)}:{block.line}", time.monotonic()
     run_program("python", where, t0, results, [str(VENV_BIN / "python")],
-                source="\n".join(t for _, t in block.body) + "\n")
+                source=block_text(block))
 
 
 def check_cpp(block, results, prefix, used):
     where, t0 = f"{rel(block.path)}:{block.line}", time.monotonic()
-    err = prefix.get()
-    if err:
-        results.report(where, "cpp", False, err)
+    if prefix_missing(prefix, results, where, "cpp"):
         return
     d = work_dir("cpp", block, used)
-    (d / "main.cc").write_text("\n".join(t for _, t in block.body) + "\n")
+    (d / "main.cc").write_text(block_text(block))
     env = child_env()
     env["PKG_CONFIG_PATH"] = str(PREFIX / "lib" / "pkgconfig")
     cxx = env.get("CXX", "c++")
@@ -365,12 +377,10 @@ def check_cpp(block, results, prefix, used):
 
 def check_cmake(block, results, prefix, used):
     where, t0 = f"{rel(block.path)}:{block.line}", time.monotonic()
-    err = prefix.get()
-    if err:
-        results.report(where, "cmake", False, err)
+    if prefix_missing(prefix, results, where, "cmake"):
         return
     d = work_dir("cmake", block, used)
-    (d / "CMakeLists.txt").write_text(APP_PREAMBLE + "\n".join(t for _, t in block.body) + "\n")
+    (d / "CMakeLists.txt").write_text(APP_PREAMBLE + block_text(block))
     (d / "app.cc").write_text(APP_CC)
     steps = [
         ["cmake", "-S", str(d), "-B", str(d / "build"), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
@@ -417,11 +427,8 @@ def check_sh(block, results, prefix):
     if not cmds:
         results.report(where, "sh: no commands", False)
         return
-    if any("/opt/npurt" in c for _, c in cmds):
-        err = prefix.get()
-        if err:
-            results.report(where, "sh", False, err)
-            return
+    if any("/opt/npurt" in c for _, c in cmds) and prefix_missing(prefix, results, where, "sh"):
+        return
     script = [f"cd {shlex.quote(str(ROOT))}"]
     for i, (_, c) in enumerate(cmds):
         script.append(f"printf '\\n{MARK} start {i} %s\\n' $EPOCHREALTIME")
@@ -471,12 +478,18 @@ def check_sh(block, results, prefix):
             break
 
 
+def span_words(span):
+    """An inline command's words, split as the shell would (on spaces when its quotes
+    do not pair)."""
+    try:
+        return shlex.split(span.text)
+    except ValueError:
+        return span.text.split()
+
+
 def check_npurt_span(span, results, helps):
     where = f"{rel(span.path)}:{span.line}"
-    try:
-        words = shlex.split(span.text)
-    except ValueError:
-        words = span.text.split()
+    words = span_words(span)
     if words and words[0] == "mpirun":
         starts = [i for i, w in enumerate(words) if w in ("npurt", "./build/npurt")]
         if not starts:
@@ -507,11 +520,7 @@ def check_npurt_span(span, results, helps):
 
 def check_make_span(span, results, cache):
     where = f"{rel(span.path)}:{span.line}"
-    try:
-        words = shlex.split(span.text)
-    except ValueError:
-        words = span.text.split()
-    key = tuple(words[1:])
+    key = tuple(span_words(span)[1:])
     if key not in cache:
         cache[key] = run(["make", "-n", *key], ROOT, timeout=120)
     rc, out = cache[key]

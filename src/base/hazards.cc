@@ -7,6 +7,9 @@ namespace {
 
 std::atomic<uint32_t> g_on{0};  // bit i: Hazard i
 
+// Every hazard is one bit of g_on.
+static_assert(static_cast<uint32_t>(Hazard::kReusesAbandonedMpiMemory) < 32, "more hazards than bits");
+
 uint32_t bit(Hazard h) { return 1u << static_cast<uint32_t>(h); }
 
 }  // namespace
@@ -19,23 +22,6 @@ void set_hazard(Hazard h, bool on) {
   } else {
     g_on.fetch_and(~bit(h), std::memory_order_relaxed);
   }
-}
-
-std::string_view hazard_name(Hazard h) {
-  switch (h) {
-    case Hazard::kUnprimedStreams: return "unprimed streams";
-    case Hazard::kNaiveStreamReuse: return "naive stream reuse";
-    case Hazard::kNaiveCoherence: return "naive coherence";
-    case Hazard::kUnorderedConflicts: return "unordered conflicts";
-    case Hazard::kNoResendOfFailedUploads: return "no resend of failed uploads";
-    case Hazard::kLaunchesDropTheirCode: return "launches drop their code";
-    case Hazard::kNoStepBarriers: return "no step barriers";
-    case Hazard::kPrefillIgnoresWindow: return "prefill ignores window";
-    case Hazard::kWritesSharedKvBlocks: return "writes shared KV blocks";
-    case Hazard::kCollectivesSkipOrdering: return "collectives skip ordering";
-    case Hazard::kReusesAbandonedMpiMemory: return "reuses abandoned MPI memory";
-  }
-  return "unknown hazard";
 }
 
 }  // namespace npurt

@@ -34,20 +34,10 @@ std::string quoted(std::string_view s) {
   return out;
 }
 
-size_t fixed_size(GgufType t) {
-  switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    default: return 0;
-  }
-}
-
 // Decodes element `i` of a packed little-endian array into a scalar GgufValue, so
 // arrays and scalars print through the same code.
 GgufValue packed_element(const GgufValue& v, uint64_t i) {
-  const size_t n = fixed_size(v.elem_type);
+  const size_t n = models::gguf_fixed_size(v.elem_type);
   GgufValue e;
   e.type = v.elem_type;
   if (n == 0) return e;  // not a packed type; the parser does not produce these

@@ -14,7 +14,7 @@ constexpr char kRows[] = "rows";
 }
 
 AllReduceStep::AllReduceStep(std::shared_ptr<Communicator> comm, DType dtype, uint64_t elements, uint64_t row_elems)
-    : comm_(std::move(comm)), dtype_(dtype), elements_(elements), row_elems_(row_elems) {}
+    : CollectiveStep(std::move(comm), dtype, elements), row_elems_(row_elems) {}
 
 std::string AllReduceStep::name() const {
   return "all_reduce " + std::string(isa::dtype_name(dtype_)) + " " + std::to_string(elements_) +
@@ -50,9 +50,6 @@ Status AllReduceStep::enqueue(hal::StreamId stream, std::span<const LaunchArg> a
 }
 
 void AllReduceStep::compute_reference(std::span<const ops::HostArg>) const {}  // one rank: the sum is its data
-
-AllGatherStep::AllGatherStep(std::shared_ptr<Communicator> comm, DType dtype, uint64_t elements)
-    : comm_(std::move(comm)), dtype_(dtype), elements_(elements) {}
 
 std::string AllGatherStep::name() const {
   return "all_gather " + std::string(isa::dtype_name(dtype_)) + " " + std::to_string(elements_);

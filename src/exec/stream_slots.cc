@@ -6,23 +6,14 @@
 
 namespace npurt::exec {
 
-// Per-slot state. Every field is guarded by `mu`.
+// Per-slot state: exactly what slot_state() reports, every field guarded by `mu`.
 //
 // A slot holds at most one stream. Invariants (checked where they matter):
 //   - owned implies stream != kNoStream and !pending_destroy (begin() fails rather
 //     than hand out a slot whose old stream could not be destroyed);
 //   - pending_destroy implies stream != kNoStream.
-struct StreamSlots::Slot {
+struct StreamSlots::Slot : SlotState {
   mutable std::mutex mu;
-  uint64_t generation = 0;
-  bool owned = false;
-  StreamHandle stream = kNoStream;
-  uint64_t stream_epoch = 0;
-  bool pending_destroy = false;
-  Status last_destroy_error;
-  uint64_t last_image_id = 0;
-  bool last_run_retired_complete = false;
-  bool polled_complete = false;
 };
 
 // One operation's counter changes. They are added to the totals when the operation
@@ -126,8 +117,8 @@ Status StreamSlots::check_lease(uint32_t slot_index, const Slot& slot,
   if (lease.stream != slot.stream) {
     return invalid_argument("lease for " + slot_name(slot_index) + " generation " +
                             std::to_string(lease.generation) + " names stream " +
-                            std::to_string(lease.stream.value()) + ", but its run owns stream " +
-                            std::to_string(slot.stream.value()));
+                            hal::to_string(lease.stream) + ", but its run owns stream " +
+                            hal::to_string(slot.stream));
   }
   return ok_status();
 }
@@ -158,7 +149,7 @@ Status StreamSlots::destroy_condemned_stream(uint32_t slot_index, Slot& slot,
     slot.last_destroy_error = destroyed;
     return failed_precondition(slot_name(slot_index) +
                                " is stranded: destroying its stale stream " +
-                               std::to_string(slot.stream.value()) + " failed: " +
+                               hal::to_string(slot.stream) + " failed: " +
                                destroyed.to_string());
   }
   ++stats.d.streams_destroyed;
@@ -308,17 +299,7 @@ StatusOr<SlotState> StreamSlots::slot_state(uint32_t slot_index) const {
   NPURT_RETURN_IF_ERROR(check_slot_index(slot_index).with_context("slot_state"));
   const Slot& slot = slots_[slot_index];
   std::lock_guard lock(slot.mu);
-  SlotState state;
-  state.owned = slot.owned;
-  state.generation = slot.generation;
-  state.stream = slot.stream;
-  state.pending_destroy = slot.pending_destroy;
-  state.last_destroy_error = slot.last_destroy_error;
-  state.stream_epoch = slot.stream_epoch;
-  state.last_image_id = slot.last_image_id;
-  state.last_run_retired_complete = slot.last_run_retired_complete;
-  state.polled_complete = slot.polled_complete;
-  return state;
+  return static_cast<const SlotState&>(slot);
 }
 
 StreamSlotStats StreamSlots::stats() const {

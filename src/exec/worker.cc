@@ -367,7 +367,7 @@ void Worker::retire(Run& run) {
       outcome = RunOutcome::kAbandoned;
     } else if (run.timed_out) {
       final_status = deadline_exceeded("did not finish within " + std::to_string(options_.run_timeout.count()) +
-                                       " ms; its stream " + std::to_string(stream.value()) + " was aborted (" +
+                                       " ms; its stream " + hal::to_string(stream) + " was aborted (" +
                                        synced.to_string() + ")" + staging);
       outcome = RunOutcome::kTimedOut;
     } else if (!final_status.ok()) {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "memory/memory_core.h"
+#include "memory/buffer_state.h"
 
 namespace npurt::memory_detail {
 namespace {

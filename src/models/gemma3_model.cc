@@ -357,18 +357,25 @@ graph::Scalars Gemma3Model::paged_scalars(size_t rows, bool prefill) const {
   return s;
 }
 
+StatusOr<std::vector<int32_t>> Gemma3Model::run_paged(std::span<const BatchToken> rows, bool prefill) {
+  const Which step = prefill ? &Part::paged_prefill : &Part::batch;
+  PagedInputs Part::*const in = prefill ? &Part::paged_prefill_in : &Part::batch_in;
+  const auto kept = static_cast<uint32_t>(prefill ? 1 : rows.size());
+  Part& p = parts_[0];
+  NPURT_RETURN_IF_ERROR(write_paged(p.*in, rows, prefill ? "prefill_paged" : "decode_batch"));
+  last_paged_ = {};
+  NPURT_RETURN_IF_ERROR(run_parts(step, paged_scalars(rows.size(), prefill)));
+  last_paged_ = {in, kept};
+  return read_leading<int32_t>(p.runtime->memory(), (p.*in).next, kept);
+}
+
 StatusOr<std::vector<int32_t>> Gemma3Model::decode_batch(std::span<const BatchToken> batch) {
   if (max_batch_ == 0) return failed_precondition("gemma3: loaded without a batched decode step (batch_sequences 0)");
   if (batch.empty() || batch.size() > max_batch_) {
     return invalid_argument("gemma3: decode_batch of " + std::to_string(batch.size()) +
                             " sequences; the compiled step takes 1 .. " + std::to_string(max_batch_));
   }
-  Part& p = parts_[0];
-  NPURT_RETURN_IF_ERROR(write_paged(p.batch_in, batch, "decode_batch"));
-  last_paged_ = {};
-  NPURT_RETURN_IF_ERROR(run_parts(&Part::batch, paged_scalars(batch.size(), false)));
-  last_paged_ = {&Part::batch_in, static_cast<uint32_t>(batch.size())};
-  return read_leading<int32_t>(p.runtime->memory(), p.batch_in.next, batch.size());
+  return run_paged(batch, /*prefill=*/false);
 }
 
 StatusOr<int32_t> Gemma3Model::prefill_paged(std::span<const BatchToken> rows) {
@@ -379,12 +386,7 @@ StatusOr<int32_t> Gemma3Model::prefill_paged(std::span<const BatchToken> rows) {
     return invalid_argument("gemma3: prefill_paged of " + std::to_string(rows.size()) +
                             " rows; the compiled chunk takes 1 .. " + std::to_string(max_paged_prefill_));
   }
-  Part& p = parts_[0];
-  NPURT_RETURN_IF_ERROR(write_paged(p.paged_prefill_in, rows, "prefill_paged"));
-  last_paged_ = {};
-  NPURT_RETURN_IF_ERROR(run_parts(&Part::paged_prefill, paged_scalars(rows.size(), true)));
-  last_paged_ = {&Part::paged_prefill_in, 1};
-  NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, read_leading<int32_t>(p.runtime->memory(), p.paged_prefill_in.next, 1));
+  NPURT_ASSIGN_OR_RETURN(const std::vector<int32_t> next, run_paged(rows, /*prefill=*/true));
   return next[0];
 }
 

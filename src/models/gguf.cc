@@ -27,24 +27,12 @@ constexpr uint32_t kNumTypes = 13;
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
-// Encoded size of a fixed-size value type; 0 for strings and arrays.
-uint64_t fixed_size(GgufType t) {
-  switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    case GgufType::kString: case GgufType::kArray: return 0;
-  }
-  return 0;
-}
-
 // The fewest bytes one element of type t can occupy: what a count is checked
 // against before anything is allocated for it.
 uint64_t min_encoded_size(GgufType t) {
   if (t == GgufType::kString) return 8;   // u64 length
   if (t == GgufType::kArray) return 12;   // u32 type + u64 count
-  return fixed_size(t);
+  return gguf_fixed_size(t);
 }
 
 bool is_integer(GgufType t) {
@@ -113,6 +101,17 @@ Status type_error(std::string_view key, std::string_view expected, const GgufVal
 }
 
 }  // namespace
+
+uint64_t gguf_fixed_size(GgufType t) {
+  switch (t) {
+    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
+    case GgufType::kU16: case GgufType::kI16: return 2;
+    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
+    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
+    case GgufType::kString: case GgufType::kArray: return 0;
+  }
+  return 0;
+}
 
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
@@ -572,7 +571,7 @@ StatusOr<std::vector<int32_t>> GgufFile::get_int_array(std::string_view key) con
   if (v->type != GgufType::kArray || !is_integer(v->elem_type)) {
     return type_error(key, "array of i32", *v);
   }
-  const uint64_t size = fixed_size(v->elem_type);
+  const uint64_t size = gguf_fixed_size(v->elem_type);
   std::vector<int32_t> out(v->count);
   for (uint64_t i = 0; i < v->count; ++i) {
     const int64_t x = load_int(v->elem_type, v->raw.data() + size * i);

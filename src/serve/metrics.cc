@@ -15,6 +15,12 @@ void header(std::string& out, const char* name, const char* type, const char* he
   out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
+// A metric of one value: its header, then the value.
+void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  header(out, name, type, help);
+  line(out, name, value);
+}
+
 }  // namespace
 
 void Metrics::request(const std::string& endpoint, int status) {
@@ -72,10 +78,10 @@ std::string Metrics::render(const EngineFigures& engine, const hal::Counters& de
       line(out, "npurt_requests_total{endpoint=\"" + key.first + "\",status=\"" + std::to_string(key.second) + "\"}",
            static_cast<double>(n));
     }
-    header(out, "npurt_prompt_tokens_total", "counter", "prompt tokens of the requests answered");
-    line(out, "npurt_prompt_tokens_total", static_cast<double>(prompt_tokens_));
-    header(out, "npurt_generated_tokens_total", "counter", "tokens generated for the requests answered");
-    line(out, "npurt_generated_tokens_total", static_cast<double>(generated_tokens_));
+    metric(out, "npurt_prompt_tokens_total", "counter", "prompt tokens of the requests answered",
+           static_cast<double>(prompt_tokens_));
+    metric(out, "npurt_generated_tokens_total", "counter", "tokens generated for the requests answered",
+           static_cast<double>(generated_tokens_));
     ttft_.render(out, "npurt_time_to_first_token_seconds", "from a request's arrival to its first token");
     inter_token_.render(out, "npurt_inter_token_seconds", "between a request's consecutive tokens");
   }
@@ -84,10 +90,7 @@ std::string Metrics::render(const EngineFigures& engine, const hal::Counters& de
       {"npurt_running_sequences", static_cast<double>(engine.running)},
       {"npurt_kv_blocks_used", static_cast<double>(engine.kv_blocks_used)},
       {"npurt_kv_blocks_free", static_cast<double>(engine.kv_blocks_free)}};
-  for (const auto& [name, v] : gauges) {
-    header(out, name, "gauge", "the engine as of its last step");
-    line(out, name, v);
-  }
+  for (const auto& [name, v] : gauges) metric(out, name, "gauge", "the engine as of its last step", v);
   const std::pair<const char*, double> counters[] = {
       {"npurt_engine_steps_total", static_cast<double>(engine.steps)},
       {"npurt_preemptions_total", static_cast<double>(engine.preemptions)},
@@ -100,10 +103,7 @@ std::string Metrics::render(const EngineFigures& engine, const hal::Counters& de
       {"npurt_device_d2h_bytes_total", static_cast<double>(device.d2h_bytes)},
       {"npurt_device_allocated_bytes_total", static_cast<double>(device.allocated_bytes)},
       {"npurt_device_freed_bytes_total", static_cast<double>(device.freed_bytes)}};
-  for (const auto& [name, v] : counters) {
-    header(out, name, "counter", "since the server started");
-    line(out, name, v);
-  }
+  for (const auto& [name, v] : counters) metric(out, name, "counter", "since the server started", v);
   return out;
 }
 

@@ -198,6 +198,31 @@ void expect_no_violations(const FakeStreams& fake) {
   for (const std::string& v : fake.violations()) ADD_FAILURE() << "fake device: " << v;
 }
 
+// The error of a begin that must fail (a failure is reported when it succeeds).
+Status failed_begin(StreamSlots& slots, uint32_t slot, uint64_t epoch, uint64_t image) {
+  StatusOr<SlotLease> lease = slots.begin(slot, epoch, image);
+  if (lease.ok()) {
+    ADD_FAILURE() << "begin on slot " << slot << " succeeded";
+    return ok_status();
+  }
+  return lease.status();
+}
+
+// One slot whose stream ran at epoch 0, then a begin at epoch 1 (which must replace
+// that stream, stale now) that fails because `inject` made the fake's next create or
+// destroy fail.
+struct FailedStaleBegin {
+  explicit FailedStaleBegin(void (FakeStreams::*inject)(int)) {
+    (fake.*inject)(1);
+    failed = failed_begin(*slots, 0, 1, kImageA);
+  }
+
+  FakeStreams fake;
+  std::unique_ptr<StreamSlots> slots = make_slots(fake, 1);
+  StreamHandle old = run_once(*slots, fake, 0, 0, kImageA).stream;
+  Status failed;
+};
+
 // ---------------------------------------------------------------------------
 // Construction
 
@@ -393,10 +418,9 @@ TEST_P(StreamSlotsUnproven, PolledCompleteThenRetiredUnprovenDestroysStream) {
   EXPECT_FALSE(state_of(*slots, 0).last_run_retired_complete);
 
   // Polled complete is not retired: the slot is still owned.
-  StatusOr<SlotLease> early = slots->begin(0, 0, kImageA);
-  ASSERT_FALSE(early.ok());
-  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(has_substr(early.status().message(), "stream slot 0 is owned"));
+  const Status early = failed_begin(*slots, 0, 0, kImageA);
+  ASSERT_EQ(early.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(has_substr(early.message(), "stream slot 0 is owned"));
 
   // The executor then retires it unproven (it timed out or was abandoned after the
   // poll): the observed completion does not save the stream.
@@ -463,11 +487,10 @@ TEST(StreamSlots, FailedCreateSurfacesErrorAndSlotStaysUsable) {
   auto slots = make_slots(fake, 2);
   fake.fail_next_creates(1);
 
-  StatusOr<SlotLease> failed = slots->begin(1, 0, kImageA);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(has_substr(failed.status().message(), "stream slot 1"));
-  EXPECT_TRUE(has_substr(failed.status().message(), "fake: out of streams"));
+  const Status failed = failed_begin(*slots, 1, 0, kImageA);
+  ASSERT_EQ(failed.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(has_substr(failed.message(), "stream slot 1"));
+  EXPECT_TRUE(has_substr(failed.message(), "fake: out of streams"));
   SlotState state = state_of(*slots, 1);
   EXPECT_FALSE(state.owned);
   EXPECT_EQ(state.stream, kNoStream);
@@ -484,22 +507,16 @@ TEST(StreamSlots, FailedCreateSurfacesErrorAndSlotStaysUsable) {
 }
 
 TEST(StreamSlots, FailedCreateAfterStaleDestroyLeavesEmptyUsableSlot) {
-  FakeStreams fake;
-  auto slots = make_slots(fake, 1);
-  StreamHandle old = run_once(*slots, fake, 0, 0, kImageA).stream;
+  FailedStaleBegin s(&FakeStreams::fail_next_creates);
+  ASSERT_EQ(s.failed.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.fake.destroyed_times(s.old), 1);
+  EXPECT_EQ(state_of(*s.slots, 0).stream, kNoStream);
 
-  fake.fail_next_creates(1);
-  StatusOr<SlotLease> failed = slots->begin(0, 1, kImageA);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(fake.destroyed_times(old), 1);
-  EXPECT_EQ(state_of(*slots, 0).stream, kNoStream);
-
-  SlotLease lease = run_once(*slots, fake, 0, 1, kImageA);
+  SlotLease lease = run_once(*s.slots, s.fake, 0, 1, kImageA);
   EXPECT_TRUE(lease.fresh_stream);
-  EXPECT_EQ(fake.creates(), 2u);
-  EXPECT_EQ(fake.destroys(), 1u);
-  EXPECT_EQ(slots->stats().stale_replacements, 1u);
+  EXPECT_EQ(s.fake.creates(), 2u);
+  EXPECT_EQ(s.fake.destroys(), 1u);
+  EXPECT_EQ(s.slots->stats().stale_replacements, 1u);
 }
 
 TEST(StreamSlots, CreateReturningNullHandleIsInternalError) {
@@ -515,17 +532,14 @@ TEST(StreamSlots, CreateReturningNullHandleIsInternalError) {
 }
 
 TEST(StreamSlots, FailedStaleDestroyKeepsHandleAndIsRetriedAtNextBegin) {
-  FakeStreams fake;
-  auto slots = make_slots(fake, 1);
-  StreamHandle old = run_once(*slots, fake, 0, 0, kImageA).stream;
-
-  fake.fail_next_destroys(1);
-  StatusOr<SlotLease> failed = slots->begin(0, 1, kImageA);
-  ASSERT_FALSE(failed.ok());
-  EXPECT_EQ(failed.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(has_substr(failed.status().message(), "stream slot 0 is stranded"));
-  EXPECT_TRUE(has_substr(failed.status().message(), std::to_string(old.value())));
-  EXPECT_TRUE(has_substr(failed.status().message(), "DEVICE_FAULT: fake: stream"));
+  FailedStaleBegin s(&FakeStreams::fail_next_destroys);
+  FakeStreams& fake = s.fake;
+  StreamSlots* slots = s.slots.get();
+  const StreamHandle old = s.old;
+  ASSERT_EQ(s.failed.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(has_substr(s.failed.message(), "stream slot 0 is stranded"));
+  EXPECT_TRUE(has_substr(s.failed.message(), std::to_string(old.value())));
+  EXPECT_TRUE(has_substr(s.failed.message(), "DEVICE_FAULT: fake: stream"));
 
   // The handle is kept, marked stale, and nothing was created in its place.
   SlotState state = state_of(*slots, 0);
@@ -607,11 +621,10 @@ TEST(StreamSlots, StrandedSlotDoesNotBlockItsPeer) {
 
   // Publication: slot 0 cannot get rid of its stale stream, again and again.
   for (int i = 0; i < 3; ++i) {
-    StatusOr<SlotLease> failed = slots->begin(0, 1, kImageA);
-    ASSERT_FALSE(failed.ok());
-    EXPECT_EQ(failed.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_TRUE(has_substr(failed.status().message(), "stream slot 0 is stranded"));
-    EXPECT_TRUE(has_substr(failed.status().message(), "is wedged"));
+    const Status failed = failed_begin(*slots, 0, 1, kImageA);
+    ASSERT_EQ(failed.code(), StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(has_substr(failed.message(), "stream slot 0 is stranded"));
+    EXPECT_TRUE(has_substr(failed.message(), "is wedged"));
   }
   // Slot 1 replaces its own stale stream and keeps running, across another publication.
   SlotLease peer = run_once(*slots, fake, 1, 1, kImageB);
@@ -737,17 +750,14 @@ TEST(StreamSlots, BeginRejectsOwnedAndOutOfRangeSlots) {
   StatusOr<SlotLease> first = slots->begin(0, 0, kImageA);
   ASSERT_TRUE(first.ok());
 
-  StatusOr<SlotLease> second = slots->begin(0, 0, kImageA);
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(second.status().message(),
-            "begin: stream slot 0 is owned by an unretired run (generation 1)");
+  const Status second = failed_begin(*slots, 0, 0, kImageA);
+  ASSERT_EQ(second.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.message(), "begin: stream slot 0 is owned by an unretired run (generation 1)");
   EXPECT_TRUE(slots->retire(*first, RunOutcome::kComplete).ok());  // still valid
 
-  StatusOr<SlotLease> beyond = slots->begin(2, 0, kImageA);
-  ASSERT_FALSE(beyond.ok());
-  EXPECT_EQ(beyond.status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(beyond.status().message(), "begin: stream slot 2 out of range: depth is 2");
+  const Status beyond = failed_begin(*slots, 2, 0, kImageA);
+  ASSERT_EQ(beyond.code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(beyond.message(), "begin: stream slot 2 out of range: depth is 2");
   EXPECT_EQ(slots->slot_state(2).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(slots->would_reuse(2, 0, kImageA).status().code(), StatusCode::kOutOfRange);
   EXPECT_EQ(fake.creates(), 1u);
@@ -777,35 +787,36 @@ TEST(StreamSlots, DestructorDestroysEveryHeldStreamBestEffort) {
 // The naive policy: wrong on purpose
 
 // slot 0 runs A; B is published and runs on slot 1; A is published again and runs on
-// slot 0. Returns the lease of that last run.
-SlotLease a_b_a_across_two_slots(StreamSlots& slots, FakeStreams& fake, StreamHandle* first_a) {
-  *first_a = run_once(slots, fake, 0, /*epoch=*/0, kImageA).stream;
-  run_once(slots, fake, 1, /*epoch=*/1, kImageB);
-  return run_once(slots, fake, 0, /*epoch=*/2, kImageA);
-}
+// slot 0, as `again`.
+struct ABAAcrossTwoSlots {
+  explicit ABAAcrossTwoSlots(ReusePolicy policy) : slots(make_slots(fake, 2, policy)) {
+    first_a = run_once(*slots, fake, 0, /*epoch=*/0, kImageA).stream;
+    run_once(*slots, fake, 1, /*epoch=*/1, kImageB);
+    again = run_once(*slots, fake, 0, /*epoch=*/2, kImageA);
+  }
+
+  FakeStreams fake;
+  std::unique_ptr<StreamSlots> slots;
+  StreamHandle first_a = kNoStream;
+  SlotLease again;
+};
 
 TEST(StreamSlotsNaivePolicy, ReusesStaleStreamAcrossABA) {
-  FakeStreams fake;
-  auto slots = make_slots(fake, 2, ReusePolicy::kNaiveLastImage);
-  StreamHandle first_a = kNoStream;
-  SlotLease again = a_b_a_across_two_slots(*slots, fake, &first_a);
+  ABAAcrossTwoSlots aba(ReusePolicy::kNaiveLastImage);
   // The bug: slot 0 "remembers" A and launches on a stream created before B and the
   // re-publication of A.
-  EXPECT_FALSE(again.fresh_stream);
-  EXPECT_EQ(again.stream, first_a);
-  EXPECT_EQ(fake.creates(), 2u);
-  EXPECT_EQ(fake.destroy_calls(), 0u);
+  EXPECT_FALSE(aba.again.fresh_stream);
+  EXPECT_EQ(aba.again.stream, aba.first_a);
+  EXPECT_EQ(aba.fake.creates(), 2u);
+  EXPECT_EQ(aba.fake.destroy_calls(), 0u);
 }
 
 TEST(StreamSlotsPublicationAwarePolicy, RecreatesStreamAcrossABA) {
-  FakeStreams fake;
-  auto slots = make_slots(fake, 2, ReusePolicy::kPublicationAware);
-  StreamHandle first_a = kNoStream;
-  SlotLease again = a_b_a_across_two_slots(*slots, fake, &first_a);
-  EXPECT_TRUE(again.fresh_stream);
-  EXPECT_NE(again.stream, first_a);
-  EXPECT_EQ(fake.destroyed_times(first_a), 1);
-  EXPECT_EQ(fake.creates(), 3u);
+  ABAAcrossTwoSlots aba(ReusePolicy::kPublicationAware);
+  EXPECT_TRUE(aba.again.fresh_stream);
+  EXPECT_NE(aba.again.stream, aba.first_a);
+  EXPECT_EQ(aba.fake.destroyed_times(aba.first_a), 1);
+  EXPECT_EQ(aba.fake.creates(), 3u);
 }
 
 // Two resident images alternate on one slot; nothing is published.

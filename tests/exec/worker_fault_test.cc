@@ -18,8 +18,7 @@ namespace {
 
 using hal::FaultPlan;
 using hal::FaultSite;
-using npurt::testing::contains;
-using npurt::testing::random_floats;
+using namespace npurt::testing;
 
 constexpr size_t kN = 64 * 8;
 constexpr uint64_t kBytes = kN * sizeof(float);
@@ -33,9 +32,9 @@ struct Rig {
     write(y, hy);
   }
 
-  std::shared_ptr<Runtime> runtime = Runtime::create(npurt::testing::make_sim({.num_cores = 4})).value();
+  std::shared_ptr<Runtime> runtime = Runtime::create(make_sim({.num_cores = 4})).value();
   MemoryContext* memory = &runtime->memory();
-  isa::Image image = npurt::testing::elementwise_kernel("add", isa::BinOp::kAdd).value();
+  isa::Image image = elementwise_kernel("add", isa::BinOp::kAdd).value();
   CodeHandle code = runtime->registry().register_image(image).value();
   std::shared_ptr<Worker> worker;
   std::vector<float> hx = random_floats(kN, 1), hy = random_floats(kN, 2);

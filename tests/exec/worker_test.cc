@@ -27,10 +27,7 @@ namespace {
 
 using hal::KernelArg;
 using isa::BinOp;
-using npurt::testing::busy_kernel;
-using npurt::testing::contains;
-using npurt::testing::elementwise_kernel;
-using npurt::testing::random_floats;
+using namespace npurt::testing;
 
 constexpr size_t kN = 64 * 8;  // one 64-element tile per block, grid 8
 constexpr uint64_t kBytes = kN * sizeof(float);
@@ -59,9 +56,9 @@ struct Rig {
   explicit Rig(WorkerOptions options = {}, bool sanitize = false) {
     hal::SimOptions so;
     so.sanitize = sanitize;
-    dev = npurt::testing::make_sim(so);
-    registry = std::make_shared<CodeRegistry>(npurt::testing::ExecFactory::key(), dev);
-    auto w = Worker::make(npurt::testing::ExecFactory::key(), registry, options);
+    dev = make_sim(so);
+    registry = std::make_shared<CodeRegistry>(ExecFactory::key(), dev);
+    auto w = Worker::make(ExecFactory::key(), registry, options);
     if (!w.ok()) ADD_FAILURE() << w.status().to_string();
     worker = std::move(w).value();
     hx = random_floats(kN, 1);
@@ -69,10 +66,10 @@ struct Rig {
     poison.assign(kN, std::nanf(""));
     const hal::StreamId s = dev->create_stream().value();
     for (uint32_t i = 0; i < options.depth; ++i) {
-      bufs.push_back({npurt::testing::put(*dev, s, hx), npurt::testing::put(*dev, s, hy),
-                      npurt::testing::put(*dev, s, std::vector<float>(kN, 0.f))});
+      bufs.push_back({put(*dev, s, hx), put(*dev, s, hy),
+                      put(*dev, s, std::vector<float>(kN, 0.f))});
     }
-    busy_out = npurt::testing::put(*dev, s, std::vector<float>(options.depth, 0.f));
+    busy_out = put(*dev, s, std::vector<float>(options.depth, 0.f));
     if (!dev->destroy_stream(s).ok()) ADD_FAILURE() << "destroy setup stream";
     base = dev->counters();
   }
@@ -650,14 +647,14 @@ TEST(WorkerCompletion, WaitForPreviousRunOrdersAcrossSlots) {
 }
 
 TEST(WorkerOptionsCheck, BadOptionsAreRejected) {
-  auto dev = npurt::testing::make_sim();
-  auto reg = std::make_shared<CodeRegistry>(npurt::testing::ExecFactory::key(), dev);
+  auto dev = make_sim();
+  auto reg = std::make_shared<CodeRegistry>(ExecFactory::key(), dev);
   WorkerOptions o;
   o.depth = 0;
-  auto w = Worker::make(npurt::testing::ExecFactory::key(), reg, o);
+  auto w = Worker::make(ExecFactory::key(), reg, o);
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), StatusCode::kInvalidArgument) << w.status().to_string();
-  auto w2 = Worker::make(npurt::testing::ExecFactory::key(), nullptr, {});
+  auto w2 = Worker::make(ExecFactory::key(), nullptr, {});
   ASSERT_FALSE(w2.ok());
   EXPECT_EQ(w2.status().code(), StatusCode::kInvalidArgument) << w2.status().to_string();
 }

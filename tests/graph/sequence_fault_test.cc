@@ -15,8 +15,7 @@ namespace {
 
 using hal::FaultPlan;
 using hal::FaultSite;
-using npurt::testing::contains;
-using npurt::testing::random_floats;
+using namespace npurt::testing;
 
 constexpr uint64_t kN = 256;
 
@@ -31,7 +30,7 @@ class SequenceFaults : public ::testing::TestWithParam<Params> {};
 // out = (x + w1) + w2 with shared weights; h is an intermediate.
 TEST_P(SequenceFaults, AFailedCallIsNamedAndTheNextCallsAreRight) {
   const Params p = GetParam();
-  auto rt = Runtime::create(npurt::testing::make_sim({.num_cores = 4})).value();
+  auto rt = Runtime::create(make_sim({.num_cores = 4})).value();
   MemoryContext& mem = rt->memory();
   const auto hw1 = random_floats(kN, 1), hw2 = random_floats(kN, 2);
   auto weight = [&](const std::vector<float>& v) {

@@ -383,28 +383,34 @@ TEST(DequantVectorized, BitIdenticalToReferenceOnEveryTarget) {
   sim::tile_kernels_set_target_for_test(0);
 }
 
+// `rows` rows of k random values of `t` (quantized: random blocks, seeded
+// quantized_seed + r; plain: random floats stored as `t`, seeded plain_seed + r), row
+// r at byte 1 + r * stride: odd addresses, with gaps between the rows.
+Bytes random_rows(DType t, size_t k, size_t rows, size_t stride, uint32_t quantized_seed, uint32_t plain_seed) {
+  Bytes w(1 + rows * stride);
+  for (size_t r = 0; r < rows; ++r) {
+    uint8_t* row = &w[1 + r * stride];
+    const auto seed_offset = static_cast<uint32_t>(r);
+    if (dtype_is_quantized(t)) {
+      const Bytes blocks = random_blocks(t, k / dtype_block_elems(t), quantized_seed + seed_offset);
+      std::memcpy(row, blocks.data(), blocks.size());
+    } else {
+      const std::vector<float> values = random_floats(k, plain_seed + seed_offset);
+      from_f32(values.data(), t, row, k);
+    }
+  }
+  return w;
+}
+
 // Row dot products straight from blocks (and plain rows) agree with a double-precision
 // dot of the reference-dequantized rows, with gaps between rows and rows at odd byte
 // addresses; accumulate adds to y. `blocks` per row (quantized) or a vector tail.
 void check_matvec(DType t, size_t blocks, const std::string& where) {
   const size_t k = dtype_is_quantized(t) ? blocks * dtype_block_elems(t) : 77 + blocks;
-  const size_t rows = 5, row_bytes = dtype_is_quantized(t) ? k / dtype_block_elems(t) * dtype_block_bytes(t)
-                                                              : k * dtype_size(t);
-  const size_t stride = row_bytes + 3;
-  Bytes w(1 + rows * stride);
+  const size_t rows = 5, stride = dtype_bytes(t, k) + 3;
+  const Bytes w = random_rows(t, k, rows, stride, 50, 60);
   std::vector<float> wf(rows * k);
-  for (size_t r = 0; r < rows; ++r) {
-    Bytes row;
-    if (dtype_is_quantized(t)) {
-      row = random_blocks(t, k / dtype_block_elems(t), 50 + static_cast<uint32_t>(r));
-    } else {
-      const auto v = random_floats(k, 60 + static_cast<uint32_t>(r));
-      row.resize(row_bytes);
-      from_f32(v.data(), t, row.data(), k);
-    }
-    std::memcpy(&w[1 + r * stride], row.data(), row_bytes);
-    to_f32(row.data(), t, &wf[r * k], k);
-  }
+  for (size_t r = 0; r < rows; ++r) to_f32(&w[1 + r * stride], t, &wf[r * k], k);
   const auto x = random_floats(k, 99);
   std::vector<float> y(rows, 0.5f);
   sim::matvec(&w[1], t, stride, rows, x.data(), k, y.data(), /*accumulate=*/true);
@@ -449,20 +455,8 @@ TEST(MatVecBits, EveryTargetAndFormGivesTheSameBits) {
   std::set<std::string> forms;
   for (DType t : kTypes) {
     const size_t k = dtype_is_quantized(t) ? (dtype_block_elems(t) == 32 ? 7 * 32 : 2 * 256) : 16 * 5 + 9;
-    const size_t row_bytes = dtype_is_quantized(t) ? k / dtype_block_elems(t) * dtype_block_bytes(t) : k * dtype_size(t);
-    const size_t stride = row_bytes + 5;
-    Bytes w(1 + kRows * stride);
-    for (size_t r = 0; r < kRows; ++r) {
-      Bytes row;
-      if (dtype_is_quantized(t)) {
-        row = random_blocks(t, k / dtype_block_elems(t), 300 + static_cast<uint32_t>(r));
-      } else {
-        const auto v = random_floats(k, 400 + static_cast<uint32_t>(r));
-        row.resize(row_bytes);
-        from_f32(v.data(), t, row.data(), k);
-      }
-      std::memcpy(&w[1 + r * stride], row.data(), row_bytes);
-    }
+    const size_t stride = dtype_bytes(t, k) + 5;
+    const Bytes w = random_rows(t, k, kRows, stride, 300, 400);
     std::vector<float> x = random_floats(kBatch * k, 17 + static_cast<uint32_t>(t));
     const float scales[] = {1.0f, 1e-30f, 1e20f, 3e-3f};
     for (size_t v = 0; v < kBatch; ++v) {

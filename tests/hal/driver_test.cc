@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "hal/device_without_peers.h"
 #include "hal/sim_test_util.h"
 #include "npurt/graph/operator_sequence.h"
 #include "npurt/ops/elementwise.h"
@@ -71,7 +72,7 @@ TEST(Drivers, UnknownNamesSettingsAndValuesAreNamed) {
 // ---- a second driver --------------------------------------------------------------------
 
 // Forwards every call to a simulated NPU and counts the calls by name.
-class RecordingDevice final : public hal::Device {
+class RecordingDevice final : public DeviceWithoutPeers {
  public:
   explicit RecordingDevice(std::shared_ptr<hal::Device> inner) : inner_(std::move(inner)) {
     info_ = inner_->info();
@@ -106,14 +107,6 @@ class RecordingDevice final : public hal::Device {
   }
   Status copy_on_device(hal::StreamId s, hal::DeviceAddr dst, hal::DeviceAddr src, uint64_t n) override {
     return note("copy_on_device"), inner_->copy_on_device(s, dst, src, n);
-  }
-  bool can_access_peer(const hal::Device&) const override { return false; }
-  Status copy_to_peer(hal::StreamId, std::shared_ptr<hal::Device>, hal::DeviceAddr, hal::DeviceAddr,
-                      uint64_t) override {
-    return unimplemented("recording device: no peers");
-  }
-  Status wait_peer_event(hal::StreamId, hal::Device&, hal::EventId) override {
-    return unimplemented("recording device: no peers");
   }
   Status enqueue_host_function(hal::StreamId s, std::function<Status(const Status&)> fn) override {
     return note("enqueue_host_function"), inner_->enqueue_host_function(s, std::move(fn));

@@ -328,6 +328,11 @@ std::string with_line(const std::string& text, int n, const std::string& line) {
 // copy_kernel's listing: line 1 the header, 2-4 the args, 5-14 insns 0000-0009.
 std::string copy_listing() { return listing_of(testing::copy_kernel()); }
 
+// The error of assembling copy_listing() with its line `n` replaced by `line`.
+void expect_copy_error(int n, const std::string& line, const std::string& where, const std::string& what) {
+  expect_error(with_line(copy_listing(), n, line), where, what);
+}
+
 TEST(AssemblerErrors, EmptyOrOnlyComments) {
   expect_error("", "line 1, column 1: ", "no header line");
   expect_error("# nothing\n\n", "line 3, column 1: ", "no header line");
@@ -344,94 +349,80 @@ TEST(AssemblerErrors, LinesOutOfOrder) {
   const std::string text = copy_listing();
   expect_error(text + "  arg3 w: in buffer f32\n", "line 15, column 3: ",
                "an argument line after the instruction lines");
-  expect_error(with_line(text, 5, "  const 0000: 00"), "line 6, column 3: ",
-               "an instruction line after the constants lines");
+  expect_copy_error(5, "  const 0000: 00", "line 6, column 3: ", "an instruction line after the constants lines");
 }
 
 TEST(AssemblerErrors, TruncatedHeader) {
-  expect_error(with_line(copy_listing(), 1, "kernel \"copy\": 3 args, 10 insns, local 2048"), "line 1, column 44: ",
-               "expected 'B', got end of line");
-  expect_error(with_line(copy_listing(), 1, "kernel \"copy"), "line 1, column 8: ", "no closing '\"'");
+  expect_copy_error(1, "kernel \"copy\": 3 args, 10 insns, local 2048",
+                    "line 1, column 44: ", "expected 'B', got end of line");
+  expect_copy_error(1, "kernel \"copy", "line 1, column 8: ", "no closing '\"'");
 }
 
 TEST(AssemblerErrors, UnknownMnemonicsAndSubOps) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 7, "  0002: frob r2, 64"), "line 7, column 9: ", "unknown mnemonic 'frob'");
-  expect_error(with_line(text, 7, "  0002: li.add r2, 64"), "line 7, column 9: ", "unknown mnemonic 'li.add'");
-  expect_error(with_line(text, 6, "  0001: alui.mull r1, r0, 2048"), "line 6, column 14: ",
-               "unknown alui operation 'mull' (one of add, sub, mul, div, rem, min, max, shl, shr, and, or)");
-  expect_error(with_line(text, 6, "  0001: alui r1, r0, 2048"), "line 6, column 9: ", "'alui' needs an operation");
-  expect_error(with_line(text, 5, "  0000: special r0, block_idx"), "line 5, column 21: ",
-               "unknown special value 'block_idx'");
+  expect_copy_error(7, "  0002: frob r2, 64", "line 7, column 9: ", "unknown mnemonic 'frob'");
+  expect_copy_error(7, "  0002: li.add r2, 64", "line 7, column 9: ", "unknown mnemonic 'li.add'");
+  expect_copy_error(6, "  0001: alui.mull r1, r0, 2048", "line 6, column 14: ",
+                    "unknown alui operation 'mull' (one of add, sub, mul, div, rem, min, max, shl, shr, and, or)");
+  expect_copy_error(6, "  0001: alui r1, r0, 2048", "line 6, column 9: ", "'alui' needs an operation");
+  expect_copy_error(5, "  0000: special r0, block_idx", "line 5, column 21: ", "unknown special value 'block_idx'");
 }
 
 TEST(AssemblerErrors, BadRegisters) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 11, "  0006:   tld r3, arg0[r1], stride r2, bf16"), "line 11, column 15: ",
-               "expected a tile register t0..t15, got 'r3'");
-  expect_error(with_line(text, 11, "  0006:   tld t16, arg0[r1], stride r2, bf16"), "line 11, column 15: ",
-               "expected a tile register t0..t15, got 't16'");
-  expect_error(with_line(text, 7, "  0002: li r32, 64"), "line 7, column 12: ",
-               "expected a scalar register r0..r31, got 'r32'");
-  expect_error(with_line(text, 11, "  0006:   tld t0, arg32[r1], stride r2, bf16"), "line 11, column 19: ",
-               "expected an argument arg0..arg31 or const, got 'arg32'");
-  expect_error(with_line(text, 11, "  0006:   tld t0, arg0[r1], stride r2, bf17"), "line 11, column 40: ",
-               "expected a dtype");
+  expect_copy_error(11, "  0006:   tld r3, arg0[r1], stride r2, bf16",
+                    "line 11, column 15: ", "expected a tile register t0..t15, got 'r3'");
+  expect_copy_error(11, "  0006:   tld t16, arg0[r1], stride r2, bf16",
+                    "line 11, column 15: ", "expected a tile register t0..t15, got 't16'");
+  expect_copy_error(7, "  0002: li r32, 64", "line 7, column 12: ", "expected a scalar register r0..r31, got 'r32'");
+  expect_copy_error(11, "  0006:   tld t0, arg32[r1], stride r2, bf16",
+                    "line 11, column 19: ", "expected an argument arg0..arg31 or const, got 'arg32'");
+  expect_copy_error(11, "  0006:   tld t0, arg0[r1], stride r2, bf17", "line 11, column 40: ", "expected a dtype");
 }
 
 TEST(AssemblerErrors, MissingAndExtraOperands) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 7, "  0002: li r2"), "line 7, column 14: ", "expected ',', got end of line");
-  expect_error(with_line(text, 7, "  0002: li r2, 64, 5"), "line 7, column 18: ",
-               "unexpected ',' at the end of the line");
-  expect_error(with_line(text, 10, "  0005: loop r3 0008"), "line 10, column 17: ", "expected '->', got '0008'");
-  expect_error(with_line(text, 14, "  0009: exit now"), "line 14, column 14: ", "unexpected 'now'");
+  expect_copy_error(7, "  0002: li r2", "line 7, column 14: ", "expected ',', got end of line");
+  expect_copy_error(7, "  0002: li r2, 64, 5", "line 7, column 18: ", "unexpected ',' at the end of the line");
+  expect_copy_error(10, "  0005: loop r3 0008", "line 10, column 17: ", "expected '->', got '0008'");
+  expect_copy_error(14, "  0009: exit now", "line 14, column 14: ", "unexpected 'now'");
 }
 
 TEST(AssemblerErrors, OutOfRangeImmediates) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 9, "  0004: tdef t0, bf16, 70000 x 64, local 0"), "line 9, column 24: ",
-               "a tile dimension (or register) '70000' is out of range (0..65535)");
-  expect_error(with_line(text, 9, "  0004: tdef t0, bf16, 16 x 64, local 4294967296"), "line 9, column 39: ",
-               "a local byte offset '4294967296' is out of range (0..4294967295)");
-  expect_error(with_line(text, 7, "  0002: li r2, 9223372036854775808"), "line 7, column 16: ",
-               "integer '9223372036854775808' does not fit in 64 bits");
-  expect_error(with_line(text, 7, "  0002: li r2, -9223372036854775809"), "line 7, column 16: ",
-               "does not fit in 64 bits");
-  expect_error(with_line(text, 7, "  0002: li r2, 6x4"), "line 7, column 16: ", "expected an integer, got '6x4'");
+  expect_copy_error(9, "  0004: tdef t0, bf16, 70000 x 64, local 0",
+                    "line 9, column 24: ", "a tile dimension (or register) '70000' is out of range (0..65535)");
+  expect_copy_error(9, "  0004: tdef t0, bf16, 16 x 64, local 4294967296",
+                    "line 9, column 39: ", "a local byte offset '4294967296' is out of range (0..4294967295)");
+  expect_copy_error(7, "  0002: li r2, 9223372036854775808",
+                    "line 7, column 16: ", "integer '9223372036854775808' does not fit in 64 bits");
+  expect_copy_error(7, "  0002: li r2, -9223372036854775809", "line 7, column 16: ", "does not fit in 64 bits");
+  expect_copy_error(7, "  0002: li r2, 6x4", "line 7, column 16: ", "expected an integer, got '6x4'");
 }
 
 TEST(AssemblerErrors, BadEscapes) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 1, "kernel \"co\\py\": 3 args, 10 insns, local 2048 B, constants 0 B"),
-               "line 1, column 11: ", "bad escape '\\py'");
-  expect_error(with_line(text, 1, "kernel \"co\\x4\": 3 args, 10 insns, local 2048 B, constants 0 B"),
-               "line 1, column 11: ", "bad escape");
-  expect_error(with_line(text, 2, "  arg0 x\\xzz: in buffer bf16"), "line 2, column 9: ", "bad escape");
+  expect_copy_error(1, "kernel \"co\\py\": 3 args, 10 insns, local 2048 B, constants 0 B",
+                    "line 1, column 11: ", "bad escape '\\py'");
+  expect_copy_error(1, "kernel \"co\\x4\": 3 args, 10 insns, local 2048 B, constants 0 B",
+                    "line 1, column 11: ", "bad escape");
+  expect_copy_error(2, "  arg0 x\\xzz: in buffer bf16", "line 2, column 9: ", "bad escape");
 }
 
 TEST(AssemblerErrors, HeaderCountsMustMatch) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 1, "kernel \"copy\": 4 args, 10 insns, local 2048 B, constants 0 B"),
-               "line 1, column 16: ", "the header says 4 args, the listing has 3");
-  expect_error(with_line(text, 1, "kernel \"copy\": 3 args, 11 insns, local 2048 B, constants 0 B"),
-               "line 1, column 24: ", "the header says 11 insns, the listing has 10");
-  expect_error(with_line(text, 1, "kernel \"copy\": 3 args, 10 insns, local 2048 B, constants 4 B"),
-               "line 1, column 58: ", "the header says 4 constant bytes, the listing has 0");
-  expect_error(with_line(text, 1, "kernel \"copy\": 3 args, 10 insns, local 2048 B, constants 0 B, barrier"),
-               "line 1, column 61: ", "the header says barrier, but no instruction is one");
-  expect_error(with_line(text, 1, "kernel \"copy\": 3 args, 10 insns, local 1024 B, constants 0 B"),
-               "line 1, column 40: ", "the header says local 1024 B, but the static tiles need 2048 B");
-  expect_error(with_line(text, 7, "  0002: barrier"), "line 1, column 61: ",
-               "instruction 0002 (line 7) is a barrier: the header must end with ', barrier'");
+  expect_copy_error(1, "kernel \"copy\": 4 args, 10 insns, local 2048 B, constants 0 B",
+                    "line 1, column 16: ", "the header says 4 args, the listing has 3");
+  expect_copy_error(1, "kernel \"copy\": 3 args, 11 insns, local 2048 B, constants 0 B",
+                    "line 1, column 24: ", "the header says 11 insns, the listing has 10");
+  expect_copy_error(1, "kernel \"copy\": 3 args, 10 insns, local 2048 B, constants 4 B",
+                    "line 1, column 58: ", "the header says 4 constant bytes, the listing has 0");
+  expect_copy_error(1, "kernel \"copy\": 3 args, 10 insns, local 2048 B, constants 0 B, barrier",
+                    "line 1, column 61: ", "the header says barrier, but no instruction is one");
+  expect_copy_error(1, "kernel \"copy\": 3 args, 10 insns, local 1024 B, constants 0 B",
+                    "line 1, column 40: ", "the header says local 1024 B, but the static tiles need 2048 B");
+  expect_copy_error(7, "  0002: barrier", "line 1, column 61: ",
+                    "instruction 0002 (line 7) is a barrier: the header must end with ', barrier'");
 }
 
 TEST(AssemblerErrors, IndicesAndOffsetsInSequence) {
-  const std::string text = copy_listing();
-  expect_error(with_line(text, 7, "  0003: li r2, 64"), "line 7, column 3: ",
-               "instruction index 0003 out of sequence: expected 0002");
-  expect_error(with_line(text, 3, "  arg2 y: out buffer bf16"), "line 3, column 3: ",
-               "arg2 out of order: expected arg1");
+  expect_copy_error(7, "  0003: li r2, 64",
+                    "line 7, column 3: ", "instruction index 0003 out of sequence: expected 0002");
+  expect_copy_error(3, "  arg2 y: out buffer bf16", "line 3, column 3: ", "arg2 out of order: expected arg1");
   const std::string header = "kernel \"c\": 0 args, 1 insns, local 0 B, constants 17 B\n  0000: exit\n";
   expect_error(header + "  const 0000: 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f\n  const 0011: 10\n",
                "line 4, column 9: ", "constants offset 0011 out of sequence: expected 0010");
@@ -443,19 +434,16 @@ TEST(AssemblerErrors, IndicesAndOffsetsInSequence) {
 }
 
 TEST(AssemblerErrors, ScalarArgumentsAreIn) {
-  expect_error(with_line(copy_listing(), 4, "  arg2 n: out scalar i32"), "line 4, column 11: ",
-               "a scalar argument is always 'in'");
+  expect_copy_error(4, "  arg2 n: out scalar i32", "line 4, column 11: ", "a scalar argument is always 'in'");
 }
 
 TEST(AssemblerErrors, VerifierErrorsNameTheLine) {
-  const std::string text = copy_listing();
   // A store into an `in` argument: the verifier's message, at the instruction's line.
-  expect_error(with_line(text, 12, "  0007:   tst t0, arg0[r1], stride r2, bf16"), "line 12, column 11: ",
-               "kernel \"copy\": insn 7 (TST): operand b: store into `in` arg 0 \"x\"");
-  expect_error(with_line(text, 10, "  0005: loop r3 -> 0009"), "line 10, column 9: ", "insn 5 (LOOP)");
+  expect_copy_error(12, "  0007:   tst t0, arg0[r1], stride r2, bf16",
+                    "line 12, column 11: ", "kernel \"copy\": insn 7 (TST): operand b: store into `in` arg 0 \"x\"");
+  expect_copy_error(10, "  0005: loop r3 -> 0009", "line 10, column 9: ", "insn 5 (LOOP)");
   // A scalar of a type scalars cannot have: at the argument's line.
-  expect_error(with_line(text, 4, "  arg2 n: in scalar bf16"), "line 4, column 3: ",
-               "arg 2: scalar dtype bf16 is not f32 or i32");
+  expect_copy_error(4, "  arg2 n: in scalar bf16", "line 4, column 3: ", "arg 2: scalar dtype bf16 is not f32 or i32");
   // An empty kernel: at the header.
   expect_error("kernel \"e\": 0 args, 0 insns, local 0 B, constants 0 B\n", "line 1, column 1: ",
                "code_bytes 0 is not a non-zero multiple of 16");

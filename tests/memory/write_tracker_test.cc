@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "memory/page_mapping.h"
+
 namespace npurt {
 namespace {
 
@@ -28,26 +30,7 @@ using Mechanism = WriteTrackingMechanism;
 
 size_t page() { return PageWriteTracker::page_size(); }
 
-// An anonymous private mapping, as a Buffer's host mirror would be.
-class Mapping {
- public:
-  explicit Mapping(size_t pages) : length_(pages * page()) {
-    void* p = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
-    data_ = static_cast<char*>(p);
-  }
-  ~Mapping() { munmap(data_, length_); }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  char* data() const { return data_; }
-  char* page_ptr(size_t i) const { return data_ + i * page(); }
-  size_t length() const { return length_; }
-
- private:
-  size_t length_;
-  char* data_;
-};
+using Mapping = testing::PageMapping;
 
 // Page ranges [first, last) as byte ranges, the form take_dirty() reports.
 std::vector<ByteRange> pages(std::initializer_list<std::pair<size_t, size_t>> runs) {

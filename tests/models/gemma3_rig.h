@@ -26,27 +26,13 @@ namespace npurt::models {
 // Dimensions whose GEMV inputs are whole 256-value blocks, so the K types fit; layer
 // 1 of 2 is global (period 2) and the window (8) is shorter than the runs below.
 inline SyntheticGemma3 typed_model() {
-  SyntheticGemma3 m;
-  m.hidden = 256;
-  m.ffn = 512;
-  m.heads = 2;
-  m.kv_heads = 1;
-  m.head_dim = 128;
-  m.vocab = 300;
-  m.sliding_window = 8;
-  m.global_period = 2;
-  m.context = 128;
-  auto t = [](int l, const char* what) { return gemma3_block_tensor(l, what); };
+  using enum isa::DType;
   // An untied LM head: with the head tied to the embedding, the embedding dominates the
   // residual stream of a random model and every step repeats its input token.
-  m.dtype = {{"token_embd.weight", isa::DType::kQ8_0}, {"output.weight", isa::DType::kQ6_K},
-             {t(0, "attn_q"), isa::DType::kQ5_0},  {t(0, "attn_k"), isa::DType::kQ4_0},  {t(0, "attn_v"), isa::DType::kF16},
-             {t(0, "attn_output"), isa::DType::kQ4_K}, {t(0, "ffn_gate"), isa::DType::kQ5_K}, {t(0, "ffn_up"), isa::DType::kBF16},
-             {t(0, "ffn_down"), isa::DType::kQ6_K},
-             {t(1, "attn_q"), isa::DType::kF32},   {t(1, "attn_k"), isa::DType::kQ8_0},  {t(1, "attn_v"), isa::DType::kQ5_0},
-             {t(1, "attn_output"), isa::DType::kQ6_K}, {t(1, "ffn_gate"), isa::DType::kQ4_0}, {t(1, "ffn_up"), isa::DType::kQ4_K},
-             {t(1, "ffn_down"), isa::DType::kQ5_K}};
-  return m;
+  return {.hidden = 256, .ffn = 512, .heads = 2, .kv_heads = 1, .head_dim = 128, .vocab = 300,
+          .sliding_window = 8, .context = 128, .global_period = 2,
+          .dtype = matrix_dtypes(kQ8_0, kQ6_K, {{kQ5_0, kQ4_0, kF16, kQ4_K, kQ5_K, kBF16, kQ6_K},
+                                                {kF32, kQ8_0, kQ5_0, kQ6_K, kQ4_0, kQ4_K, kQ5_K}})};
 }
 
 // The bits of each float: logits compared for exact equality.

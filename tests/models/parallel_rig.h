@@ -20,27 +20,11 @@ namespace npurt::models {
 // Four query heads over one KV head (replicated on 2 and 4 devices); the projections
 // that are cut by columns use 32-element blocks, the others K-quant blocks.
 inline SyntheticGemma3 parallel_model() {
-  SyntheticGemma3 m;
-  m.layers = 2;
-  m.hidden = 256;
-  m.ffn = 1024;
-  m.heads = 4;
-  m.kv_heads = 1;
-  m.head_dim = 64;
-  m.vocab = 400;
-  m.sliding_window = 8;
-  m.global_period = 2;
-  m.context = 128;
-  using isa::DType;
-  auto t = [](int l, const char* what) { return gemma3_block_tensor(l, what); };
-  m.dtype = {{"token_embd.weight", DType::kQ8_0}, {"output.weight", DType::kQ6_K},
-             {t(0, "attn_q"), DType::kQ4_K},     {t(0, "attn_k"), DType::kQ5_0},   {t(0, "attn_v"), DType::kF16},
-             {t(0, "attn_output"), DType::kQ8_0}, {t(0, "ffn_gate"), DType::kQ5_K}, {t(0, "ffn_up"), DType::kBF16},
-             {t(0, "ffn_down"), DType::kQ6_K},
-             {t(1, "attn_q"), DType::kF32},      {t(1, "attn_k"), DType::kQ8_0},   {t(1, "attn_v"), DType::kQ4_0},
-             {t(1, "attn_output"), DType::kQ5_0}, {t(1, "ffn_gate"), DType::kQ4_0}, {t(1, "ffn_up"), DType::kQ4_K},
-             {t(1, "ffn_down"), DType::kQ4_K}};
-  return m;
+  using enum isa::DType;
+  return {.layers = 2, .hidden = 256, .ffn = 1024, .heads = 4, .kv_heads = 1, .head_dim = 64, .vocab = 400,
+          .sliding_window = 8, .context = 128, .global_period = 2,
+          .dtype = matrix_dtypes(kQ8_0, kQ6_K, {{kQ4_K, kQ5_0, kF16, kQ8_0, kQ5_K, kBF16, kQ6_K},
+                                                {kF32, kQ8_0, kQ4_0, kQ5_0, kQ4_0, kQ4_K, kQ4_K}})};
 }
 
 // Greedy tokens and every step's logits.

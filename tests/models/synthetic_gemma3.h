@@ -2,8 +2,11 @@
 // small dimensions, and the metadata the config reader needs.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <map>
 #include <random>
 #include <string>
@@ -24,10 +27,28 @@ struct SyntheticGemma3 {
   uint32_t context = 64;
   uint32_t global_period = 0;  // 0: not stored (the family's 6)
   uint32_t seed = 1234;
-  std::string omit;                                    // a tensor to leave out
-  std::map<std::string, std::vector<uint64_t>> shape;  // tensors with a different shape
-  std::map<std::string, isa::DType> dtype;             // non-norm tensors not in f32; "output.weight": untied head
+  std::string omit = {};                                    // a tensor to leave out
+  std::map<std::string, std::vector<uint64_t>> shape = {};  // tensors with a different shape
+  std::map<std::string, isa::DType> dtype = {};             // non-norm tensors not in f32; "output.weight": untied head
 };
+
+// The matrices of a block, in the order matrix_dtypes() takes a layer's dtypes.
+inline constexpr const char* kBlockMatrices[] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                                 "ffn_gate", "ffn_up", "ffn_down"};
+using LayerDTypes = std::array<isa::DType, std::size(kBlockMatrices)>;
+
+// SyntheticGemma3::dtype for an untied model whose every matrix has a type of its own:
+// the embedding's, the LM head's, and each layer's in kBlockMatrices order.
+inline std::map<std::string, isa::DType> matrix_dtypes(isa::DType embedding, isa::DType head,
+                                                       std::initializer_list<LayerDTypes> layers) {
+  std::map<std::string, isa::DType> dtypes{{"token_embd.weight", embedding}, {"output.weight", head}};
+  int32_t l = 0;
+  for (const LayerDTypes& layer : layers) {
+    for (size_t i = 0; i < layer.size(); ++i) dtypes[gemma3_block_tensor(l, kBlockMatrices[i])] = layer[i];
+    ++l;
+  }
+  return dtypes;
+}
 
 inline uint32_t ggml_type_of(isa::DType t) {
   switch (t) {

@@ -18,15 +18,22 @@ from conftest import rel_l2, random_f32
 F32 = 4  # bytes
 
 
-def vector_add(n: int, grid: int, tile: int = 256) -> isa.Image:
-    """z = x + y: each block adds its n / grid values, `tile` at a time."""
-    b = isa.Builder("vector_add")
-    x = b.arg_buffer("x", "in", "f32")
-    y = b.arg_buffer("y", "in", "f32")
-    z = b.arg_buffer("z", "out", "f32")
+def two_in_one_out(name: str, args: tuple[str, str, str], n: int, grid: int):
+    """The start of a kernel over n f32 values in `grid` blocks: a builder with the
+    inputs args[0] and args[1] and the output args[2] (their handles come back with
+    it), and r0 at the first byte of this block's per_block = n / grid values."""
+    b = isa.Builder(name)
+    handles = (b.arg_buffer(args[0], "in", "f32"), b.arg_buffer(args[1], "in", "f32"),
+               b.arg_buffer(args[2], "out", "f32"))
     per_block = n // grid
     b.block_id(r0)
-    b.alui("mul", r0, r0, per_block * F32)  # this block's first byte
+    b.alui("mul", r0, r0, per_block * F32)
+    return b, handles, per_block
+
+
+def vector_add(n: int, grid: int, tile: int = 256) -> isa.Image:
+    """z = x + y: each block adds its n / grid values, `tile` at a time."""
+    b, (x, y, z), per_block = two_in_one_out("vector_add", ("x", "y", "z"), n, grid)
     b.li(r1, per_block // tile)
     b.tdef(t0, "f32", 1, tile)
     b.tdef(t1, "f32", 1, tile, local_offset=tile * F32)
@@ -95,13 +102,7 @@ def tiled_gemm(m: int, n: int, k: int, tm: int = 16, tk: int = 64) -> isa.Image:
 
 def swiglu_rows(n: int, grid: int) -> isa.Image:
     """h = silu(gate) * up, n values over `grid` blocks (no exit but the last: a step)."""
-    b = isa.Builder("swiglu_rows")
-    gate = b.arg_buffer("gate", "in", "f32")
-    up = b.arg_buffer("up", "in", "f32")
-    h = b.arg_buffer("h", "out", "f32")
-    per_block = n // grid
-    b.block_id(r0)
-    b.alui("mul", r0, r0, per_block * F32)
+    b, (gate, up, h), per_block = two_in_one_out("swiglu_rows", ("gate", "up", "h"), n, grid)
     b.tdef(t0, "f32", 1, per_block)
     b.tdef(t1, "f32", 1, per_block, local_offset=per_block * F32)
     b.tld(t0, gate, r0, "f32")

@@ -9,10 +9,10 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 namespace npurt {
 
+// One bit each (hazards.cc): at most 32, new ones last.
 enum class Hazard : uint32_t {
   // exec: fresh streams are not primed over every core, so cores a stream's first
   // launch does not use may run cached lines of freed code at a recycled address.
@@ -41,12 +41,10 @@ enum class Hazard : uint32_t {
   // comm: device memory MPI may still write after a timeout is freed and reused.
   kReusesAbandonedMpiMemory,
 };
-inline constexpr uint32_t kHazardCount = 11;
 
 // Whether `h` is on (a relaxed atomic read).
 bool hazard_on(Hazard h);
 void set_hazard(Hazard h, bool on);
-std::string_view hazard_name(Hazard h);
 
 // Turns `h` on (or sets it to `on`) for its lifetime, then restores what it was.
 class ScopedHazard {

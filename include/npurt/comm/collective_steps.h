@@ -5,49 +5,44 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "npurt/comm/communicator.h"
 #include "npurt/graph/stream_command.h"
 
 namespace npurt::comm {
 
+// What every collective step holds: the group it runs over and the dtype and count
+// of the elements each rank contributes.
+class CollectiveStep : public graph::StreamCommand {
+ public:
+  CollectiveStep(std::shared_ptr<Communicator> comm, isa::DType dtype, uint64_t elements)
+      : comm_(std::move(comm)), dtype_(dtype), elements_(elements) {}
+
+ protected:
+  std::shared_ptr<Communicator> comm_;
+  isa::DType dtype_;
+  uint64_t elements_;
+};
+
 // Sums "data" (inout, `elements` of f32 or bf16) over the group. With `row_elems`,
 // "data" is rows of row_elems elements and the i32 scalar "rows" (last argument) says
 // how many leading rows a call sums (batched prefill). Reference: a group of one.
-class AllReduceStep final : public graph::StreamCommand {
+class AllReduceStep final : public CollectiveStep {
  public:
   AllReduceStep(std::shared_ptr<Communicator> comm, isa::DType dtype, uint64_t elements, uint64_t row_elems = 0);
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-  Status enqueue(hal::StreamId stream, std::span<const LaunchArg> args) const override;
-
- protected:
-  void compute_reference(std::span<const ops::HostArg> args) const override;
+  NPURT_STREAM_COMMAND_OVERRIDES;
 
  private:
-  std::shared_ptr<Communicator> comm_;
-  isa::DType dtype_;
-  uint64_t elements_, row_elems_;
+  uint64_t row_elems_;
 };
 
 // "gathered" (out, size() x `elements`) receives every rank's "local" (in, `elements`
 // of `dtype`) in rank order. Reference: a group of one (only this rank's part).
-class AllGatherStep final : public graph::StreamCommand {
+class AllGatherStep final : public CollectiveStep {
  public:
-  AllGatherStep(std::shared_ptr<Communicator> comm, isa::DType dtype, uint64_t elements);
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-  Status enqueue(hal::StreamId stream, std::span<const LaunchArg> args) const override;
-
- protected:
-  void compute_reference(std::span<const ops::HostArg> args) const override;
-
- private:
-  std::shared_ptr<Communicator> comm_;
-  isa::DType dtype_;
-  uint64_t elements_;
+  using CollectiveStep::CollectiveStep;
+  NPURT_STREAM_COMMAND_OVERRIDES;
 };
 
 }  // namespace npurt::comm

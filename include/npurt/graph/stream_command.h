@@ -27,4 +27,18 @@ class StreamCommand : public ops::Operator {
   StatusOr<uint32_t> emit(ops::EmitContext&) const final { return unimplemented(name() + " is not a kernel"); }
 };
 
+// Declares, inside a StreamCommand subclass, the overrides every command defines:
+// name(), validate(), signature() and enqueue() public, compute_reference()
+// protected (as NPURT_OPERATOR_OVERRIDES does for operators). It leaves the class in
+// its protected section.
+#define NPURT_STREAM_COMMAND_OVERRIDES                                                  \
+ public:                                                                                \
+  std::string name() const override;                                                    \
+  Status validate() const override;                                                     \
+  std::vector<isa::ArgSpec> signature() const override;                                 \
+  Status enqueue(hal::StreamId stream, std::span<const LaunchArg> args) const override; \
+                                                                                        \
+ protected:                                                                             \
+  void compute_reference(std::span<const ops::HostArg> args) const override
+
 }  // namespace npurt::graph

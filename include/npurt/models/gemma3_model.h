@@ -239,6 +239,11 @@ class Gemma3Model final : public TokenModel {
   Status write_paged(const PagedInputs& in, std::span<const BatchToken> batch, const char* what);
   // The scalars of a paged step of `rows` rows.
   graph::Scalars paged_scalars(size_t rows, bool prefill) const;
+  // The batched decode step, or the paged prefill chunk when `prefill`, over `rows`
+  // (already counted against the step): writes them, runs the step on every part and
+  // returns the greedy tokens of the rows whose logits it keeps for batch_logits()
+  // (every row; a prefill chunk's last only).
+  StatusOr<std::vector<int32_t>> run_paged(std::span<const BatchToken> rows, bool prefill);
   // The token ids into the first tokens.size() entries of `ids`, a buffer of part `p`.
   static Status write_tokens(Part& p, const View& ids, std::span<const int32_t> tokens);
 

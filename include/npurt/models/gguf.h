@@ -48,6 +48,9 @@ enum class GgufType : uint32_t {
 };
 
 std::string_view gguf_type_name(GgufType t);
+// Encoded size of one value of a fixed-size type (each element of a packed array);
+// 0 for strings and arrays.
+uint64_t gguf_fixed_size(GgufType t);
 
 // One metadata value. Scalars are decoded into the field matching their kind;
 // arrays keep their elements where the file has them (see below).

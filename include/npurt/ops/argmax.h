@@ -43,15 +43,7 @@ struct ArgmaxParams {
 int32_t argmax_pick(std::span<const int32_t> pairs);
 
 class Argmax final : public OperatorWith<ArgmaxParams, InPlace::kUnsafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   uint64_t chunk() const;

@@ -72,19 +72,13 @@ struct DecodeAttentionParams {
 };
 
 class DecodeAttention final : public OperatorWith<DecodeAttentionParams, InPlace::kUnsafe> {
+  NPURT_OPERATOR_OVERRIDES;
+
  public:
-  using OperatorWith::OperatorWith;
   // With split_positions: the positions of a chunk, and the f32 elements of
   // "partials" (queries x n_heads x chunks x (head_dim + 2)).
   uint32_t chunk_positions() const;
   uint64_t partials_elems() const;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
 };
 
 }  // namespace npurt::ops

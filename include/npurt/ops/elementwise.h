@@ -28,15 +28,7 @@ struct ElementwiseParams {
 };
 
 class Elementwise final : public OperatorWith<ElementwiseParams, InPlace::kSafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   bool binary() const { return p_.kind != ElementwiseKind::kGeluTanh && p_.kind != ElementwiseKind::kSilu; }

@@ -47,15 +47,7 @@ struct EmbeddingParams {
 };
 
 class Embedding final : public OperatorWith<EmbeddingParams, InPlace::kUnsafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   StatusOr<uint32_t> emit_batched(EmitContext& ctx) const;

@@ -123,8 +123,8 @@ enum class InPlace : uint8_t { kUnsafe, kSafe };
 
 // The base of the library's operators: it holds the parameter struct and answers
 // in_place_safe() as the operator states it (there is no default: each operator
-// decides). Each operator still declares its own Operator overrides; C++ cannot share
-// override declarations between classes.
+// decides). Each operator declares its Operator overrides with
+// NPURT_OPERATOR_OVERRIDES (below).
 template <typename P, InPlace kInPlace>
 class OperatorWith : public Operator {
  public:
@@ -136,6 +136,27 @@ class OperatorWith : public Operator {
  protected:
   Params p_;
 };
+
+// Declares, inside a class derived from OperatorWith, what every library operator
+// has: the constructor from its parameters, the public overrides name(), validate()
+// and signature(), and the protected ones emit() and compute_reference(). C++ cannot
+// inherit override declarations, so one macro keeps them in step across the
+// operators. It leaves the class in its protected section: members written after it
+// are protected unless another access label follows.
+//
+//   class Gemm final : public OperatorWith<GemmParams, InPlace::kUnsafe> {
+//     NPURT_OPERATOR_OVERRIDES;
+//   };
+#define NPURT_OPERATOR_OVERRIDES                                 \
+ public:                                                         \
+  using OperatorWith::OperatorWith;                              \
+  std::string name() const override;                             \
+  Status validate() const override;                              \
+  std::vector<isa::ArgSpec> signature() const override;          \
+                                                                 \
+ protected:                                                      \
+  StatusOr<uint32_t> emit(EmitContext& ctx) const override;      \
+  void compute_reference(std::span<const HostArg> args) const override
 
 // kInvalidArgument "<op>: parameter '<param>' <why>", the form every validate() uses.
 Status invalid_param(std::string_view op, std::string_view param, std::string_view why);

@@ -54,15 +54,7 @@ struct PagedDecodeAttentionParams {
 };
 
 class PagedDecodeAttention final : public OperatorWith<PagedDecodeAttentionParams, InPlace::kUnsafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 };
 
 }  // namespace npurt::ops

@@ -49,15 +49,7 @@ struct PrefillAttentionParams {
 };
 
 class PrefillAttention final : public OperatorWith<PrefillAttentionParams, InPlace::kUnsafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   uint32_t tile_q() const;

@@ -34,15 +34,7 @@ struct RmsNormParams {
 };
 
 class RmsNorm final : public OperatorWith<RmsNormParams, InPlace::kSafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   uint64_t rows_per_tile(const Target& target) const;

@@ -58,15 +58,7 @@ struct RopeParams {
 };
 
 class Rope final : public OperatorWith<RopeParams, InPlace::kSafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   uint32_t rotary_dim() const { return p_.rotary_dim ? p_.rotary_dim : p_.head_dim; }

@@ -32,15 +32,7 @@ struct SoftmaxParams {
 };
 
 class Softmax final : public OperatorWith<SoftmaxParams, InPlace::kSafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 
  private:
   int64_t offset() const;

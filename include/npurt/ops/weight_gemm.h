@@ -41,15 +41,7 @@ struct WeightGemmParams {
 };
 
 class WeightGemm final : public OperatorWith<WeightGemmParams, InPlace::kUnsafe> {
- public:
-  using OperatorWith::OperatorWith;
-  std::string name() const override;
-  Status validate() const override;
-  std::vector<isa::ArgSpec> signature() const override;
-
- protected:
-  StatusOr<uint32_t> emit(EmitContext& ctx) const override;
-  void compute_reference(std::span<const HostArg> args) const override;
+  NPURT_OPERATOR_OVERRIDES;
 };
 
 }  // namespace npurt::ops

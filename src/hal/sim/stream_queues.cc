@@ -153,7 +153,7 @@ Status wait_for(SimStream& s, const std::shared_ptr<SimEvent>& event, uint64_t s
   }
   std::lock_guard<std::mutex> lock(e.mu);
   if (e.completed.load() < seq) {
-    return aborted("stream " + std::to_string(s.id.value()) + " aborted while waiting for an event");
+    return aborted("stream " + hal::to_string(s.id) + " aborted while waiting for an event");
   }
   if (e.failed_seq == seq) return e.failure.with_context("waited-for event's producer failed");
   return ok_status();
@@ -247,7 +247,7 @@ Status StreamQueues::record_event(StreamId stream, EventId event) {
   NPURT_ASSIGN_OR_RETURN(auto e, find_event(event));
   if (auto f = faults_.draw(FaultSite::kRecordEvent)) {
     return injected_error(counters_, faults_, *f, StatusCode::kDeviceFault,
-                          "record_event on stream " + std::to_string(stream.value()));
+                          "record_event on stream " + hal::to_string(stream));
   }
   Command c;
   c.kind = Command::Kind::kRecord;
@@ -478,7 +478,7 @@ Status StreamQueues::execute(SimStream& s, Command& c) {
         gm.mark_initialized(c.dst, c.bytes);
         return injected_error(counters_, faults_, *f, StatusCode::kDeviceFault,
                               "copy to device of " + std::to_string(c.bytes) + " bytes to " + hex(c.dst) +
-                                  " on stream " + std::to_string(s.id.value()));
+                                  " on stream " + hal::to_string(s.id));
       }
       std::memcpy(gm.ptr(c.dst), c.host_src, c.bytes);
       gm.mark_initialized(c.dst, c.bytes);
@@ -489,7 +489,7 @@ Status StreamQueues::execute(SimStream& s, Command& c) {
         std::memset(c.host_dst, 0xff, c.bytes);
         return injected_error(counters_, faults_, *f, StatusCode::kDeviceFault,
                               "copy to host of " + std::to_string(c.bytes) + " bytes from " + hex(c.src) +
-                                  " on stream " + std::to_string(s.id.value()));
+                                  " on stream " + hal::to_string(s.id));
       }
       std::memcpy(c.host_dst, gm.ptr(c.src), c.bytes);
       counters_.bump([&](Counters& k) { ++k.d2h_transfers; k.d2h_bytes += c.bytes; });
