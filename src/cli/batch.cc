@@ -138,7 +138,7 @@ int run_batch(const BatchArgs& args) {
                            .prefill_chunk = args.prefill_chunk,
                            .verify_tokens = 0,
                            .batch_sequences = static_cast<uint32_t>(args.parallel)};
-  StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = models::Gemma3Model::load_on(*file, "sim", args.cores, mo);
+  StatusOr<std::unique_ptr<models::Gemma3Model>> loaded = models::Gemma3Model::load_on(*file, args.device, args.cores, mo);
   if (!loaded.ok()) return fail(path + ": " + loaded.status().to_string());
   auto engine = models::BatchEngine::create(std::shared_ptr<models::Gemma3Model>(std::move(loaded).value()), tokenizer);
   if (!engine.ok()) return fail(engine.status().to_string());

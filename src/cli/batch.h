@@ -15,6 +15,7 @@ struct BatchArgs {
   std::string prompts;  // a file of one prompt a line; "-": standard input
   int parallel = 8;     // sequences decoded together (the compiled batch)
   int max_tokens = 32;
+  std::string device = "sim";  // a device driver by name (hal/driver.h)
   uint32_t cores = 8;
   uint32_t prefill_chunk = 64;  // prompt tokens per paged prefill call; 0: one per decode step
   models::SamplingParams sampling;  // greedy unless told otherwise; every prompt alike

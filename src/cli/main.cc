@@ -50,8 +50,10 @@ void add_sampling_options(CLI::App& cmd, npurt::models::SamplingParams& p, std::
 }
 
 // The options of the commands that run the batching engine (batch, serve).
-void add_engine_options(CLI::App& cmd, std::string& model, int& parallel, uint32_t& cores, uint32_t& prefill_chunk) {
+void add_engine_options(CLI::App& cmd, std::string& model, std::string& device, int& parallel, uint32_t& cores,
+                        uint32_t& prefill_chunk) {
   cmd.add_option("--model", model, "GGUF file (default: $NPURT_MODEL, else " + npurt::cli::default_model_path() + ")");
+  cmd.add_option("--device", device, "a device driver by name (sim: the simulated NPU)")->capture_default_str();
   cmd.add_option("--parallel", parallel, "sequences decoded together; a request's text is the same at any value")
       ->check(CLI::Range(1, static_cast<int>(npurt::isa::kMaxTmvBatch)))
       ->capture_default_str();
@@ -218,7 +220,7 @@ int main(int argc, char** argv) {
   npurt::cli::BatchArgs bat;
   auto* batch = app.add_subcommand("batch", "many prompts decoded together (continuous batching over a paged KV "
                                             "cache); one JSON line per prompt, in order, to stdout");
-  add_engine_options(*batch, bat.model, bat.parallel, bat.cores, bat.prefill_chunk);
+  add_engine_options(*batch, bat.model, bat.device, bat.parallel, bat.cores, bat.prefill_chunk);
   batch->add_option("--prompts", bat.prompts, "file of one prompt a line (-: standard input)")->required();
   batch->add_option("--max-tokens", bat.max_tokens, "tokens to generate at most per prompt")
       ->check(CLI::Range(1, 1 << 20))
@@ -228,12 +230,17 @@ int main(int argc, char** argv) {
   npurt::cli::ServeArgs srv;
   auto* serve = app.add_subcommand("serve", "an OpenAI-compatible HTTP server (completions, chat, streaming, "
                                             "metrics, a chat page) over continuous batching");
-  add_engine_options(*serve, srv.model, srv.parallel, srv.cores, srv.prefill_chunk);
+  add_engine_options(*serve, srv.model, srv.device, srv.parallel, srv.cores, srv.prefill_chunk);
+  serve->add_option("--devices", srv.devices,
+                    "devices of the driver, a replica of the model on each; a request goes to the least busy and "
+                    "its text is the same on any")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   serve->add_option("--host", srv.host, "address to listen on")->capture_default_str();
   serve->add_option("--port", srv.port, "port to listen on (0: any free one, printed)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  serve->add_option("--max-queue", srv.max_queue, "requests waiting for a slot before new ones get 503")
+  serve->add_option("--max-queue", srv.max_queue, "requests waiting for a slot on a device before new ones get 503")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   serve->add_option("--context", srv.context, "positions per sequence (prompt and output)")

@@ -1,14 +1,17 @@
-// `npurt serve`: listens first (GET /health says "loading"), loads the model onto a
-// simulated NPU, serves until SIGTERM or SIGINT, then stops taking connections,
-// cancels what still runs and exits 0.
+// `npurt serve`: listens first (GET /health says "loading"), loads the model onto each
+// device (one replica a device, of the driver --device names), serves until SIGTERM or
+// SIGINT, then stops taking connections, cancels what still runs and exits 0.
 #include "cli/serve.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <pthread.h>
 
@@ -34,6 +37,29 @@ std::string model_id(const std::string& path) {
   return name;
 }
 
+// The model on one device, with its engine loop: a replica the server dispatches to.
+StatusOr<serve::Replica> load_replica(const ServeArgs& args, const models::GgufFile& file,
+                                      std::shared_ptr<const models::Tokenizer> tokenizer) {
+  const models::Gemma3Options mo{.max_context = args.context,
+                                 .prefill_chunk = args.prefill_chunk,
+                                 .verify_tokens = 0,
+                                 .batch_sequences = static_cast<uint32_t>(args.parallel)};
+  NPURT_ASSIGN_OR_RETURN(hal::DeviceSpec spec, models::gemma3_device_spec(file, args.cores, mo));
+  // Simulated devices share this machine's cores: each runs its kernels on its share.
+  if (args.device == "sim" && args.devices > 1) {
+    const unsigned share = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(args.devices));
+    spec.settings["host_threads"] = std::to_string(share);
+  }
+  serve::Replica replica;
+  NPURT_ASSIGN_OR_RETURN(replica.runtime, Runtime::create(args.device, spec));
+  NPURT_ASSIGN_OR_RETURN(std::unique_ptr<models::Gemma3Model> model,
+                         models::Gemma3Model::load(file, *replica.runtime, mo));
+  NPURT_ASSIGN_OR_RETURN(replica.loop,
+                         serve::EngineLoop::start(std::shared_ptr<models::Gemma3Model>(std::move(model)),
+                                                  std::move(tokenizer), {.max_queue = static_cast<size_t>(args.max_queue)}));
+  return replica;
+}
+
 }  // namespace
 
 int run_serve(const ServeArgs& args) {
@@ -55,7 +81,7 @@ int run_serve(const ServeArgs& args) {
                            .max_body_bytes = static_cast<size_t>(args.max_body_bytes),
                            .deadline = std::chrono::seconds(args.deadline_s),
                            // every request waiting or running holds a connection's thread
-                           .threads = args.max_queue + args.parallel + 8});
+                           .threads = (args.max_queue + args.parallel) * args.devices + 8});
   if (!server.ok()) return fail(server.status().to_string());
   std::thread http([&] { (*server)->serve(); });
   std::thread stopper([&] {
@@ -73,19 +99,15 @@ int run_serve(const ServeArgs& args) {
     gguf = std::make_shared<models::GgufFile>(std::move(file));
     NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*gguf));
     auto tokenizer = std::make_shared<const models::Tokenizer>(std::move(tok));
-    const models::Gemma3Options mo{.max_context = args.context,
-                                   .prefill_chunk = args.prefill_chunk,
-                                   .verify_tokens = 0,
-                                   .batch_sequences = static_cast<uint32_t>(args.parallel)};
-    NPURT_ASSIGN_OR_RETURN(hal::DeviceSpec spec, models::gemma3_device_spec(*gguf, args.cores, mo));
-    NPURT_ASSIGN_OR_RETURN(std::shared_ptr<Runtime> runtime, Runtime::create("sim", spec));
-    NPURT_ASSIGN_OR_RETURN(std::unique_ptr<models::Gemma3Model> model, models::Gemma3Model::load(*gguf, *runtime, mo));
-    NPURT_ASSIGN_OR_RETURN(std::unique_ptr<serve::EngineLoop> loop,
-                           serve::EngineLoop::start(std::shared_ptr<models::Gemma3Model>(std::move(model)), tokenizer,
-                                                    {.max_queue = static_cast<size_t>(args.max_queue)}));
-    (*server)->attach(std::move(loop), tokenizer, runtime, model_id(path));
-    std::fprintf(stderr, "npurt serve: ready (%d sequences together, %u positions each)\n", args.parallel,
-                 args.context);
+    std::vector<serve::Replica> replicas;
+    for (int d = 0; d < args.devices; ++d) {
+      NPURT_ASSIGN_OR_RETURN_CTX(serve::Replica r, load_replica(args, *gguf, tokenizer),
+                                 "device " + std::to_string(d) + " of " + std::to_string(args.devices));
+      replicas.push_back(std::move(r));
+    }
+    NPURT_RETURN_IF_ERROR((*server)->attach(std::move(replicas), tokenizer, model_id(path)));
+    std::fprintf(stderr, "npurt serve: ready (%d %s device(s), %d sequences together on each, %u positions each)\n",
+                 args.devices, args.device.c_str(), args.parallel, args.context);
     return ok_status();
   }();
   if (!loaded.ok()) {

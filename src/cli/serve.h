@@ -11,7 +11,9 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 8;      // sequences decoded together
-  int max_queue = 64;    // requests waiting for a slot before 503
+  int max_queue = 64;    // requests waiting for a slot before 503, per device
+  std::string device = "sim";  // a device driver by name (hal/driver.h)
+  int devices = 1;             // devices of that driver, a replica of the model on each
   uint32_t cores = 8;
   uint32_t context = 4096;  // positions per sequence
   uint32_t prefill_chunk = 64;

@@ -69,7 +69,7 @@ void Metrics::Histogram::render(std::string& out, const char* name, const char* 
   line(out, std::string(name) + "_count", static_cast<double>(count));
 }
 
-std::string Metrics::render(const EngineFigures& engine, const hal::Counters& device) const {
+std::string Metrics::render(std::span<const DeviceFigures> devices) const {
   std::string out;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -85,25 +85,52 @@ std::string Metrics::render(const EngineFigures& engine, const hal::Counters& de
     ttft_.render(out, "npurt_time_to_first_token_seconds", "from a request's arrival to its first token");
     inter_token_.render(out, "npurt_inter_token_seconds", "between a request's consecutive tokens");
   }
-  const std::pair<const char*, double> gauges[] = {
-      {"npurt_queue_depth", static_cast<double>(engine.queued + engine.waiting)},
-      {"npurt_running_sequences", static_cast<double>(engine.running)},
-      {"npurt_kv_blocks_used", static_cast<double>(engine.kv_blocks_used)},
-      {"npurt_kv_blocks_free", static_cast<double>(engine.kv_blocks_free)}};
-  for (const auto& [name, v] : gauges) metric(out, name, "gauge", "the engine as of its last step", v);
-  const std::pair<const char*, double> counters[] = {
-      {"npurt_engine_steps_total", static_cast<double>(engine.steps)},
-      {"npurt_preemptions_total", static_cast<double>(engine.preemptions)},
-      {"npurt_prompt_tokens_computed_total", static_cast<double>(engine.prompt_tokens_computed)},
-      {"npurt_device_streams_created_total", static_cast<double>(device.streams_created)},
-      {"npurt_device_streams_destroyed_total", static_cast<double>(device.streams_destroyed)},
-      {"npurt_device_code_uploads_total", static_cast<double>(device.code_uploads)},
-      {"npurt_device_launches_total", static_cast<double>(device.launches)},
-      {"npurt_device_h2d_bytes_total", static_cast<double>(device.h2d_bytes)},
-      {"npurt_device_d2h_bytes_total", static_cast<double>(device.d2h_bytes)},
-      {"npurt_device_allocated_bytes_total", static_cast<double>(device.allocated_bytes)},
-      {"npurt_device_freed_bytes_total", static_cast<double>(device.freed_bytes)}};
-  for (const auto& [name, v] : counters) metric(out, name, "counter", "since the server started", v);
+  metric(out, "npurt_devices", "gauge", "devices serving the model, one replica each",
+         static_cast<double>(devices.size()));
+  using Figure = double (*)(const DeviceFigures&);
+  struct Series {
+    const char* name;
+    const char* type;
+    const char* help;
+    Figure value;
+  };
+  static constexpr Series kSeries[] = {
+      {"npurt_queue_depth", "gauge", "requests waiting for a slot, as of the engine's last step",
+       [](const DeviceFigures& f) { return double(f.engine.queued + f.engine.waiting); }},
+      {"npurt_running_sequences", "gauge", "sequences decoding, as of the engine's last step",
+       [](const DeviceFigures& f) { return double(f.engine.running); }},
+      {"npurt_kv_blocks_used", "gauge", "KV cache blocks held by sequences",
+       [](const DeviceFigures& f) { return double(f.engine.kv_blocks_used); }},
+      {"npurt_kv_blocks_free", "gauge", "KV cache blocks free",
+       [](const DeviceFigures& f) { return double(f.engine.kv_blocks_free); }},
+      {"npurt_engine_steps_total", "counter", "engine steps since the server started",
+       [](const DeviceFigures& f) { return double(f.engine.steps); }},
+      {"npurt_preemptions_total", "counter", "sequences preempted for KV blocks",
+       [](const DeviceFigures& f) { return double(f.engine.preemptions); }},
+      {"npurt_prompt_tokens_computed_total", "counter", "prompt tokens prefilled (shared prefixes not again)",
+       [](const DeviceFigures& f) { return double(f.engine.prompt_tokens_computed); }},
+      {"npurt_device_streams_created_total", "counter", "device streams created",
+       [](const DeviceFigures& f) { return double(f.device.streams_created); }},
+      {"npurt_device_streams_destroyed_total", "counter", "device streams destroyed",
+       [](const DeviceFigures& f) { return double(f.device.streams_destroyed); }},
+      {"npurt_device_code_uploads_total", "counter", "code images uploaded to the device",
+       [](const DeviceFigures& f) { return double(f.device.code_uploads); }},
+      {"npurt_device_launches_total", "counter", "kernel launches",
+       [](const DeviceFigures& f) { return double(f.device.launches); }},
+      {"npurt_device_h2d_bytes_total", "counter", "bytes copied host to device",
+       [](const DeviceFigures& f) { return double(f.device.h2d_bytes); }},
+      {"npurt_device_d2h_bytes_total", "counter", "bytes copied device to host",
+       [](const DeviceFigures& f) { return double(f.device.d2h_bytes); }},
+      {"npurt_device_allocated_bytes_total", "counter", "device bytes allocated",
+       [](const DeviceFigures& f) { return double(f.device.allocated_bytes); }},
+      {"npurt_device_freed_bytes_total", "counter", "device bytes freed",
+       [](const DeviceFigures& f) { return double(f.device.freed_bytes); }}};
+  for (const Series& s : kSeries) {
+    header(out, s.name, s.type, s.help);
+    for (size_t d = 0; d < devices.size(); ++d) {
+      line(out, std::string(s.name) + "{device=\"" + std::to_string(d) + "\"}", s.value(devices[d]));
+    }
+  }
   return out;
 }
 

@@ -1,12 +1,14 @@
 // Metrics: what `npurt serve` reports at GET /metrics, in Prometheus' text format
 // (version 0.0.4): counters and histograms the handlers add to, and gauges read when
-// the page is made. Thread-safe.
+// the page is made; the engine's and the device's figures one series per device
+// (label device="0", "1", ...). Thread-safe.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -14,6 +16,12 @@
 #include "serve/engine_loop.h"
 
 namespace npurt::serve {
+
+// One replica's figures: its engine's and its device's.
+struct DeviceFigures {
+  EngineFigures engine;
+  hal::Counters device;
+};
 
 class Metrics {
  public:
@@ -23,8 +31,8 @@ class Metrics {
   void time_to_first_token(double seconds);
   void inter_token(double seconds);
 
-  // The page: these figures, then the engine's and the device's.
-  std::string render(const EngineFigures& engine, const hal::Counters& device) const;
+  // The page: these figures, then each device's (none while the model loads).
+  std::string render(std::span<const DeviceFigures> devices) const;
 
  private:
   static constexpr std::array<double, 12> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,

@@ -53,15 +53,20 @@ void Server::stop() {
   if (http_->is_running()) http_->stop();
 }
 
-void Server::attach(std::unique_ptr<EngineLoop> loop, std::shared_ptr<const models::Tokenizer> tokenizer,
-                    std::shared_ptr<Runtime> runtime, std::string model_id) {
+Status Server::attach(std::vector<Replica> replicas, std::shared_ptr<const models::Tokenizer> tokenizer,
+                      std::string model_id) {
+  if (replicas.empty()) return invalid_argument("serve: attach needs at least one replica");
+  for (const Replica& r : replicas) {
+    if (!r.loop || !r.runtime) return invalid_argument("serve: a replica without its engine loop or runtime");
+  }
   auto m = std::make_shared<Model>();
-  m->limits = {.model_id = std::move(model_id), .max_context = loop->model().max_context(), .max_n = options_.max_n};
-  m->loop = std::move(loop);
+  const uint32_t context = replicas[0].loop->model().max_context();
+  m->limits = {.model_id = std::move(model_id), .max_context = context, .max_n = options_.max_n};
+  m->replicas = std::move(replicas);
   m->tokenizer = std::move(tokenizer);
-  m->runtime = std::move(runtime);
   std::lock_guard<std::mutex> lock(mu_);
   model_ = std::move(m);
+  return ok_status();
 }
 
 void Server::detach() {
@@ -70,6 +75,19 @@ void Server::detach() {
     std::lock_guard<std::mutex> lock(mu_);
     m = std::move(model_);
   }
+}
+
+EngineLoop& Server::Model::least_busy() const {
+  const auto load = [](const EngineLoop& loop) {
+    const EngineFigures f = loop.figures();
+    return f.queued + f.running + f.waiting;
+  };
+  EngineLoop* best = replicas[0].loop.get();
+  size_t best_load = load(*best);
+  for (size_t i = 1; i < replicas.size(); ++i) {
+    if (const size_t l = load(*replicas[i].loop); l < best_load) best = replicas[i].loop.get(), best_load = l;
+  }
+  return *best;
 }
 
 std::shared_ptr<Server::Model> Server::model() const {
@@ -103,9 +121,11 @@ void Server::routes() {
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const std::shared_ptr<Model> m = model();
-    const EngineFigures e = m ? m->loop->figures() : EngineFigures{};
-    const hal::Counters c = m ? m->runtime->device().counters() : hal::Counters{};
-    res.set_content(metrics_.render(e, c), "text/plain; version=0.0.4");
+    std::vector<DeviceFigures> devices;
+    if (m) {
+      for (const Replica& r : m->replicas) devices.push_back({r.loop->figures(), r.runtime->device().counters()});
+    }
+    res.set_content(metrics_.render(devices), "text/plain; version=0.0.4");
   });
   http_->Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(kChatPage, "text/html"); });
   http_->Post("/v1/completions",
@@ -122,8 +142,8 @@ void Server::routes() {
   });
 }
 
-// A request's completions as they run: its streams, what each has produced, and the
-// model they run on (kept alive while the request is).
+// A request's completions as they run: its streams, the replica each runs on, what
+// each has produced, and the model they run on (kept alive while the request is).
 struct Server::Run {
   std::shared_ptr<Model> model;
   CompletionRequest request;
@@ -131,6 +151,7 @@ struct Server::Run {
   int64_t created = 0;
   Clock::time_point arrived, last_token, deadline;
   std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<EngineLoop*> loops;  // of model's replicas
   std::vector<Choice> choices;
   std::vector<bool> ended, started;
   Status error;
@@ -171,7 +192,7 @@ struct Server::Run {
 
   void cancel_all() {
     for (size_t i = 0; i < streams.size(); ++i) {
-      if (!ended[i]) model->loop->cancel(streams[i]);
+      if (!ended[i]) loops[i]->cancel(streams[i]);
     }
   }
 
@@ -203,17 +224,20 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
   run->arrived = run->last_token = arrived;
   run->deadline = arrived + options_.deadline;
   run->prompt_tokens = run->request.engine.prompt.size();
+  // The n copies go to one replica: there they share the prompt's KV blocks.
+  EngineLoop& loop = run->model->least_busy();
   for (int i = 0; i < run->request.n; ++i) {
     models::EngineRequest er = run->request.engine;
     er.sampling.seed += static_cast<uint64_t>(i);
-    StatusOr<std::shared_ptr<RequestStream>> s = run->model->loop->submit(std::move(er));
+    StatusOr<std::shared_ptr<RequestStream>> s = loop.submit(std::move(er));
     if (!s.ok()) {
-      for (const auto& started : run->streams) run->model->loop->cancel(started);
+      for (size_t j = 0; j < run->streams.size(); ++j) run->loops[j]->cancel(run->streams[j]);
       const bool full = s.status().code() == StatusCode::kResourceExhausted;
       return answer_error(res, endpoint,
                           {.status = full ? 503 : 400, .message = s.status().message(), .type = full ? "server_error" : "invalid_request_error"});
     }
     run->streams.push_back(std::move(s).value());
+    run->loops.push_back(&loop);
   }
   run->choices.resize(run->streams.size());
   run->ended.assign(run->streams.size(), false);

@@ -2,7 +2,9 @@
 //
 //   auto server = serve::Server::bind({.port = 8080});       // listening; the API says "loading"
 //   std::thread t([&] { (*server)->serve(); });
-//   (*server)->attach(std::move(loop), tokenizer, runtime, "gemma-3-270m");  // ready
+//   std::vector<serve::Replica> replicas(1);  // an engine loop and its runtime
+//   replicas[0] = {std::move(loop), runtime};
+//   (*server)->attach(std::move(replicas), tokenizer, "gemma-3-270m");  // ready
 //   ...
 //   (*server)->stop();  t.join();
 //
@@ -12,6 +14,9 @@
 // (a chat page). Bad requests get 400 with an OpenAI-style error object naming the
 // field; a full queue 503 with Retry-After; a client that goes away, streaming or not,
 // cancels its request. Bodies over max_body_bytes are refused (413) before they are read.
+// With several replicas (one model on each of several devices), each completion goes to
+// the replica with the fewest requests waiting or running: a request's text is the same
+// on any of them, so where it runs changes nothing but when it finishes.
 #pragma once
 
 #include <atomic>
@@ -20,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "npurt/models/tokenizer.h"
 #include "npurt/runtime/runtime.h"
@@ -35,6 +41,13 @@ struct Response;
 }  // namespace httplib
 
 namespace npurt::serve {
+
+// One copy of the model on one device: its engine thread and the runtime whose device
+// counters /metrics reports.
+struct Replica {
+  std::unique_ptr<EngineLoop> loop;
+  std::shared_ptr<Runtime> runtime;
+};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -58,10 +71,11 @@ class Server {
   // Serves requests until stop(); call on a thread of its own.
   void serve();
   void stop();
-  // The model the API serves from now on; the server keeps `runtime` for its counters.
-  void attach(std::unique_ptr<EngineLoop> loop, std::shared_ptr<const models::Tokenizer> tokenizer,
-              std::shared_ptr<Runtime> runtime, std::string model_id);
-  // Detaches the model (its loop cancels what still runs); the API says "loading" again.
+  // The model the API serves from now on, on one or more replicas of the same file
+  // (at least one; their contexts alike).
+  Status attach(std::vector<Replica> replicas, std::shared_ptr<const models::Tokenizer> tokenizer,
+                std::string model_id);
+  // Detaches the model (its loops cancel what still runs); the API says "loading" again.
   void detach();
 
  private:
@@ -69,10 +83,11 @@ class Server {
   void routes();
   // What attach() gave, while it lives; null before.
   struct Model {
-    std::unique_ptr<EngineLoop> loop;
+    std::vector<Replica> replicas;
     std::shared_ptr<const models::Tokenizer> tokenizer;
-    std::shared_ptr<Runtime> runtime;
     ApiLimits limits;
+    // The replica with the fewest requests waiting or running.
+    EngineLoop& least_busy() const;
   };
   std::shared_ptr<Model> model() const;
   struct Run;

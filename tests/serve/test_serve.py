@@ -77,12 +77,14 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, dict(e.headers), e.read().decode()
 
-    def metric(self, name):
+    def metric(self, name, device=None):
+        """A metric's value: summed over its series (every device's), or one device's."""
         _, text = self.get("/metrics")
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        raise AssertionError(f"no metric {name}")
+        want = name + (f'{{device="{device}"}}' if device is not None else "")
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith(want + " ") or (device is None and line.startswith(name + "{device="))]
+        assert values, f"no metric {want}"
+        return sum(values)
 
     def rss_mib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -176,6 +178,34 @@ def test_sixteen_clients_at_once_get_what_each_gets_alone(server):
         together = list(pool.map(lambda p: complete(server, p, max_tokens=10, temperature=0), PROMPTS))
     differences = sum(a != t for a, t in zip(alone, together))
     assert differences == 0, list(zip(alone, together))
+
+
+def test_replicas_on_two_devices_answer_as_one_device_does(server):
+    """--devices 2: a replica of the model on each device, requests spread over them;
+    each prompt's greedy text equals the one-device server's, both devices took work,
+    and every block and stream is back afterwards."""
+    prompts = PROMPTS[:8]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        one_device = list(pool.map(lambda p: complete(server, p, max_tokens=8, temperature=0), prompts))
+    two = Server("--parallel", "4", "--devices", "2", "--cores", "4")
+    try:
+        assert two.metric("npurt_devices") == 2
+        streams = None
+        for _ in range(2):  # the second round reuses what the first one made
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(lambda p: complete(two, p, max_tokens=8, temperature=0), prompts))
+            assert answers == one_device
+            assert all(two.metric("npurt_engine_steps_total", d) > 0 for d in (0, 1)), "a device took no request"
+            streams = streams or [two.metric("npurt_device_streams_created_total", d) for d in (0, 1)]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and two.metric("npurt_running_sequences") > 0:
+            time.sleep(0.1)
+        for d in (0, 1):
+            assert two.metric("npurt_running_sequences", d) == 0
+            assert two.metric("npurt_kv_blocks_used", d) == 0
+            assert two.metric("npurt_device_streams_created_total", d) == streams[d]
+    finally:
+        assert two.stop() == 0
 
 
 @pytest.mark.parametrize("body,param", [
