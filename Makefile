@@ -5,7 +5,8 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
-# libFuzzer targets, fuzz/fuzz_<name>.cc with seeds in fuzz/seeds/<name>/; each runs FUZZ_SECONDS.
+# libFuzzer targets, fuzz/fuzz_<name>.cc with seeds in fuzz/seeds/<name>/; each runs
+# FUZZ_SECONDS, JOBS of them at a time (each is one thread).
 FUZZ_TARGETS = verifier assembler gguf tokenizer sequence openai_request
 MODEL = models/gemma-3-270m-q4_k_m.gguf
 CMAKE_COMMON = -G Ninja -DNPURT_WERROR=ON
@@ -76,10 +77,7 @@ test-python: deps
 fuzz: deps
 	CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$(DEBUG_PATHS)" -DNPURT_FUZZ=ON -DNPURT_BENCH=OFF >/dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
-	set -e; for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
-	  ./$(FUZZ_BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -seed=1 $(FUZZ_BUILD)/corpus/$$t fuzz/seeds/$$t; \
-	done
+	bash scripts/run-fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(JOBS) $(FUZZ_TARGETS)
 
 # npurt as a dependency: install into a temporary prefix, build examples/cpp against it
 # (CMake and pkg-config), install the wheel into a fresh virtual environment and run

@@ -625,6 +625,7 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
     }
     if (k.command) continue;
     NPURT_ASSIGN_OR_RETURN(k.code, registry.register_image(*k.image));
+    k.image.reset();  // the registry holds it now, for as long as k.code does
     seq->code_.push_back(k.code);
   }
   // After the code is registered, so the pool's first stream is fresh for all of it.
@@ -708,8 +709,9 @@ size_t CompiledSequence::launches_per_call() const {
 size_t CompiledSequence::barriers_per_call() const {
   size_t n = 0;
   for (const CompiledKernel& k : kernels_) {
-    if (!k.image) continue;
-    const std::span<const isa::Insn> code = k.image->code();
+    const isa::Image* image = k.code.image();
+    if (image == nullptr) continue;
+    const std::span<const isa::Insn> code = image->code();
     n += static_cast<size_t>(std::count_if(code.begin(), code.end(), [](const isa::Insn& i) {
       return static_cast<isa::Opcode>(i.op) == isa::Opcode::kBarrier;
     }));

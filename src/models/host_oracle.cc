@@ -6,6 +6,10 @@
 #include <string>
 #include <thread>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "npurt/isa/numeric.h"
 
 namespace npurt::models {
@@ -28,12 +32,60 @@ double dot(const float* a, const float* b, int32_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-void matvec_rows(const uint8_t* data, isa::DType dtype, int32_t in, size_t row_bytes,
-                 const float* x, float* y, int32_t begin, int32_t end) {
+// dot(a, b[k]) for four vectors b[k], each sum in dot()'s order and so its bits; a's
+// values are loaded and widened once for the four. A float product is exact in
+// double, so a fused multiply-add rounds as the multiply then add does: the AVX2 form
+// (lane j holds partial sum j) gives the portable one's bits.
+void dot4_portable(const float* a, const float* const b[4], int32_t n, double out[4]) {
+  for (int32_t k = 0; k < 4; ++k) out[k] = dot(a, b[k], n);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void dot4_avx2(const float* a, const float* const b[4], int32_t n,
+                                                   double out[4]) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d x = _mm256_cvtps_pd(_mm_loadu_ps(a + i));
+    s0 = _mm256_fmadd_pd(x, _mm256_cvtps_pd(_mm_loadu_ps(b[0] + i)), s0);
+    s1 = _mm256_fmadd_pd(x, _mm256_cvtps_pd(_mm_loadu_ps(b[1] + i)), s1);
+    s2 = _mm256_fmadd_pd(x, _mm256_cvtps_pd(_mm_loadu_ps(b[2] + i)), s2);
+    s3 = _mm256_fmadd_pd(x, _mm256_cvtps_pd(_mm_loadu_ps(b[3] + i)), s3);
+  }
+  const __m256d sums[4] = {s0, s1, s2, s3};
+  for (int32_t k = 0; k < 4; ++k) {
+    alignas(32) double lane[4];
+    _mm256_store_pd(lane, sums[k]);
+    for (int32_t m = i; m < n; ++m) lane[0] += double(a[m]) * b[k][m];
+    out[k] = (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  }
+}
+
+const auto dot4 = [] {
+  __builtin_cpu_init();  // before any other static constructor may have run it
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? dot4_avx2 : dot4_portable;
+}();
+#else
+const auto dot4 = dot4_portable;
+#endif
+
+// y[t][r] = dot(row r, x[t]) for rows [begin, end) and `tokens` vectors: each row is
+// decoded once for all of them, and each sum is formed as one vector's alone would be.
+void matmul_rows(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out, size_t row_bytes,
+                 const float* x, int32_t tokens, float* y, int32_t begin, int32_t end) {
   std::vector<float> row(static_cast<size_t>(in));
+  auto vec = [&](int32_t t) { return x + static_cast<size_t>(t) * in; };
+  auto at = [&](int32_t t, int32_t r) -> float& { return y[static_cast<size_t>(t) * out + r]; };
   for (int32_t r = begin; r < end; ++r) {
     isa::to_f32(data + static_cast<size_t>(r) * row_bytes, dtype, row.data(), row.size());
-    y[r] = static_cast<float>(dot(row.data(), x, in));
+    int32_t t = 0;
+    for (; t + 4 <= tokens; t += 4) {
+      const float* const b[4] = {vec(t), vec(t + 1), vec(t + 2), vec(t + 3)};
+      double sums[4];
+      dot4(row.data(), b, in, sums);
+      for (int32_t k = 0; k < 4; ++k) at(t + k, r) = static_cast<float>(sums[k]);
+    }
+    for (; t < tokens; ++t) at(t, r) = static_cast<float>(dot(row.data(), vec(t), in));
   }
 }
 
@@ -69,14 +121,14 @@ std::vector<float> load_vector(const GgufTensor& t) {
 
 }  // namespace
 
-void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
-                 const float* x, float* y) {
+void host_matmul(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out, const float* x,
+                 int32_t tokens, float* y) {
   const size_t row_bytes = isa::dtype_bytes(dtype, static_cast<uint64_t>(in));
   const uint64_t weights = uint64_t(in) * uint64_t(out);
   const int32_t hw = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   const int32_t n_threads = weights < kParallelWeights ? 1 : std::min(hw, out);
   if (n_threads <= 1) {
-    matvec_rows(data, dtype, in, row_bytes, x, y, 0, out);
+    matmul_rows(data, dtype, in, out, row_bytes, x, tokens, y, 0, out);
     return;
   }
   std::vector<std::thread> workers;
@@ -84,10 +136,15 @@ void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
   const int32_t chunk = (out + n_threads - 1) / n_threads;
   for (int32_t t = 1; t < n_threads; ++t) {
     const int32_t begin = std::min(out, t * chunk), end = std::min(out, begin + chunk);
-    workers.emplace_back(matvec_rows, data, dtype, in, row_bytes, x, y, begin, end);
+    workers.emplace_back(matmul_rows, data, dtype, in, out, row_bytes, x, tokens, y, begin, end);
   }
-  matvec_rows(data, dtype, in, row_bytes, x, y, 0, std::min(out, chunk));
+  matmul_rows(data, dtype, in, out, row_bytes, x, tokens, y, 0, std::min(out, chunk));
   for (std::thread& w : workers) w.join();
+}
+
+void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
+                 const float* x, float* y) {
+  host_matmul(data, dtype, in, out, x, 1, y);
 }
 
 StatusOr<HostOracle> HostOracle::load(const GgufFile& file) {
@@ -141,83 +198,123 @@ Status HostOracle::reset() {
   return ok_status();
 }
 
-StatusOr<std::span<const float>> HostOracle::step(int32_t token, bool logits) {
+Status HostOracle::check(std::span<const int32_t> tokens) const {
   const Gemma3Config& c = config_;
-  if (token < 0 || token >= c.vocab) {
-    return invalid_argument("host oracle: token " + std::to_string(token) +
-                            " is outside the vocabulary of " + std::to_string(c.vocab));
+  for (int32_t token : tokens) {
+    if (token < 0 || token >= c.vocab) {
+      return invalid_argument("host oracle: token " + std::to_string(token) +
+                              " is outside the vocabulary of " + std::to_string(c.vocab));
+    }
   }
-  if (position_ >= c.context_length) {
-    return out_of_range("host oracle: position " + std::to_string(position_) +
+  if (position_ + static_cast<int64_t>(tokens.size()) > c.context_length) {
+    // The first position that does not fit.
+    return out_of_range("host oracle: position " + std::to_string(std::max(position_, c.context_length)) +
                         " is past the context length " + std::to_string(c.context_length));
   }
-  // Gemma scales the embedding by sqrt(hidden), rounded to f32 first.
-  std::vector<float> h(static_cast<size_t>(c.hidden));
-  isa::to_f32(embed_.data + static_cast<size_t>(token) * embed_.row_bytes, embed_.dtype, h.data(),
-              h.size());
-  const float embed_scale = static_cast<float>(std::sqrt(double(c.hidden)));
-  for (float& v : h) v *= embed_scale;
+  return ok_status();
+}
 
-  for (int32_t l = 0; l < c.n_layers; ++l) {
-    attention_block(l, h);
-    ffn_block(l, h);
-  }
-  ++position_;
+StatusOr<std::span<const float>> HostOracle::step(int32_t token, bool logits) {
+  const Gemma3Config& c = config_;
+  NPURT_RETURN_IF_ERROR(check(std::span<const int32_t>(&token, 1)));
+  std::vector<float> h = forward(std::span<const int32_t>(&token, 1));
   if (!logits) return std::span<const float>();
   rms_norm(h.data(), c.hidden, output_norm_, c.rms_eps);
   host_matvec(output_.data, output_.dtype, output_.in, output_.out, h.data(), logits_.data());
   return std::span<const float>(logits_);
 }
 
-void HostOracle::attention_block(int32_t l, std::vector<float>& h) {
+Status HostOracle::prefill(std::span<const int32_t> tokens) {
+  NPURT_RETURN_IF_ERROR(check(tokens));
+  // Chunks bound the activations' memory ([chunk][ffn] floats and the like).
+  constexpr size_t kChunk = 256;
+  for (size_t done = 0; done < tokens.size(); done += kChunk) {
+    forward(tokens.subspan(done, std::min(kChunk, tokens.size() - done)));
+  }
+  return ok_status();
+}
+
+std::vector<float> HostOracle::forward(std::span<const int32_t> tokens) {
+  const Gemma3Config& c = config_;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  const size_t hidden = static_cast<size_t>(c.hidden);
+  // Gemma scales the embedding by sqrt(hidden), rounded to f32 first.
+  std::vector<float> h(static_cast<size_t>(n) * hidden);
+  const float embed_scale = static_cast<float>(std::sqrt(double(c.hidden)));
+  for (int32_t t = 0; t < n; ++t) {
+    float* ht = h.data() + static_cast<size_t>(t) * hidden;
+    isa::to_f32(embed_.data + static_cast<size_t>(tokens[static_cast<size_t>(t)]) * embed_.row_bytes, embed_.dtype,
+                ht, hidden);
+    for (size_t i = 0; i < hidden; ++i) ht[i] *= embed_scale;
+  }
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    attention_block(l, n, h);
+    ffn_block(l, n, h);
+  }
+  position_ += n;
+  h.erase(h.begin(), h.end() - static_cast<std::ptrdiff_t>(hidden));
+  return h;
+}
+
+// Every vector of `x` ([n][width]) normalized by `w`, in place.
+void HostOracle::rms_norm_rows(std::vector<float>& x, int32_t n, int32_t width, const std::vector<float>& w) const {
+  for (int32_t t = 0; t < n; ++t) rms_norm(x.data() + static_cast<size_t>(t) * width, width, w, config_.rms_eps);
+}
+
+void HostOracle::attention_block(int32_t l, int32_t n, std::vector<float>& h) {
   const Gemma3Config& c = config_;
   Layer& L = layers_[static_cast<size_t>(l)];
   std::vector<float> x = h;
-  rms_norm(x.data(), c.hidden, L.attn_norm, c.rms_eps);
+  rms_norm_rows(x, n, c.hidden, L.attn_norm);
 
-  std::vector<float> q(static_cast<size_t>(L.q.out)), k(static_cast<size_t>(L.k.out)),
-      v(static_cast<size_t>(L.v.out));
-  host_matvec(L.q.data, L.q.dtype, L.q.in, L.q.out, x.data(), q.data());
-  host_matvec(L.k.data, L.k.dtype, L.k.in, L.k.out, x.data(), k.data());
-  host_matvec(L.v.data, L.v.dtype, L.v.in, L.v.out, x.data(), v.data());
+  const size_t rows = static_cast<size_t>(n);
+  std::vector<float> q(rows * L.q.out), k(rows * L.k.out), v(rows * L.v.out);
+  matmul(L.q, x.data(), n, q.data());
+  matmul(L.k, x.data(), n, k.data());
+  matmul(L.v, x.data(), n, v.data());
 
   const double base = c.rope_base(l);
   const float q_scale = static_cast<float>(1.0 / std::sqrt(double(c.head_dim)));
-  for (int32_t hd = 0; hd < c.n_heads; ++hd) {
-    float* qh = q.data() + static_cast<size_t>(hd) * c.head_dim;
-    rms_norm(qh, c.head_dim, L.q_norm, c.rms_eps);
-    rope(qh, c.head_dim, position_, base);
-    for (int32_t i = 0; i < c.head_dim; ++i) qh[i] *= q_scale;
+  for (int32_t t = 0; t < n; ++t) {
+    for (int32_t hd = 0; hd < c.n_heads; ++hd) {
+      float* qh = q.data() + static_cast<size_t>(t) * L.q.out + static_cast<size_t>(hd) * c.head_dim;
+      rms_norm(qh, c.head_dim, L.q_norm, c.rms_eps);
+      rope(qh, c.head_dim, position_ + t, base);
+      for (int32_t i = 0; i < c.head_dim; ++i) qh[i] *= q_scale;
+    }
+    for (int32_t hd = 0; hd < c.n_kv_heads; ++hd) {
+      float* kh = k.data() + static_cast<size_t>(t) * L.k.out + static_cast<size_t>(hd) * c.head_dim;
+      rms_norm(kh, c.head_dim, L.k_norm, c.rms_eps);
+      rope(kh, c.head_dim, position_ + t, base);
+    }
   }
-  for (int32_t hd = 0; hd < c.n_kv_heads; ++hd) {
-    float* kh = k.data() + static_cast<size_t>(hd) * c.head_dim;
-    rms_norm(kh, c.head_dim, L.k_norm, c.rms_eps);
-    rope(kh, c.head_dim, position_, base);
-  }
+  // A token's keys and values depend on it alone, so the cache holds all n before any
+  // attends; each reads only the positions up to its own.
   L.k_cache.insert(L.k_cache.end(), k.begin(), k.end());
   L.v_cache.insert(L.v_cache.end(), v.begin(), v.end());
 
-  std::vector<float> heads(static_cast<size_t>(L.o.in));
-  attend(L, c.is_global(l), q, heads);
-  std::vector<float> a(static_cast<size_t>(c.hidden));
-  host_matvec(L.o.data, L.o.dtype, L.o.in, L.o.out, heads.data(), a.data());
-  rms_norm(a.data(), c.hidden, L.post_attn_norm, c.rms_eps);
+  std::vector<float> heads(rows * L.o.in);
+  for (int32_t t = 0; t < n; ++t) {
+    attend(L, c.is_global(l), position_ + t, q.data() + static_cast<size_t>(t) * L.q.out,
+           heads.data() + static_cast<size_t>(t) * L.o.in);
+  }
+  std::vector<float> a(rows * c.hidden);
+  matmul(L.o, heads.data(), n, a.data());
+  rms_norm_rows(a, n, c.hidden, L.post_attn_norm);
   for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
 }
 
-// Causal attention of the current position over the cache; local layers see only
-// the last sliding_window positions. Query head hd reads KV head hd / group.
-void HostOracle::attend(const Layer& L, bool global, const std::vector<float>& q,
-                        std::vector<float>& out) const {
+// Causal attention of position p over the cache; local layers see only the last
+// sliding_window positions. Query head hd reads KV head hd / group.
+void HostOracle::attend(const Layer& L, bool global, int32_t p, const float* q, float* out) const {
   const Gemma3Config& c = config_;
-  const int32_t p = position_;
   const int32_t first = global ? 0 : std::max(0, p - c.sliding_window + 1);
   const size_t k_stride = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
   const size_t v_stride = static_cast<size_t>(c.n_kv_heads) * c.value_dim;
   std::vector<float> scores(static_cast<size_t>(p - first + 1));
   for (int32_t hd = 0; hd < c.n_heads; ++hd) {
     const int32_t kv = hd / c.group();
-    const float* qh = q.data() + static_cast<size_t>(hd) * c.head_dim;
+    const float* qh = q + static_cast<size_t>(hd) * c.head_dim;
     float max_score = -INFINITY;
     for (int32_t t = first; t <= p; ++t) {
       const float* kt = L.k_cache.data() + t * k_stride + static_cast<size_t>(kv) * c.head_dim;
@@ -230,7 +327,7 @@ void HostOracle::attend(const Layer& L, bool global, const std::vector<float>& q
       s = std::exp(s - max_score);
       sum += s;
     }
-    float* oh = out.data() + static_cast<size_t>(hd) * c.value_dim;
+    float* oh = out + static_cast<size_t>(hd) * c.value_dim;
     std::vector<double> acc(static_cast<size_t>(c.value_dim), 0.0);
     for (int32_t t = first; t <= p; ++t) {
       const double w = scores[static_cast<size_t>(t - first)] / sum;
@@ -241,19 +338,24 @@ void HostOracle::attend(const Layer& L, bool global, const std::vector<float>& q
   }
 }
 
-void HostOracle::ffn_block(int32_t l, std::vector<float>& h) {
+void HostOracle::ffn_block(int32_t l, int32_t n, std::vector<float>& h) {
   const Gemma3Config& c = config_;
   Layer& L = layers_[static_cast<size_t>(l)];
   std::vector<float> x = h;
-  rms_norm(x.data(), c.hidden, L.ffn_norm, c.rms_eps);
-  std::vector<float> g(static_cast<size_t>(c.ffn)), u(static_cast<size_t>(c.ffn));
-  host_matvec(L.gate.data, L.gate.dtype, L.gate.in, L.gate.out, x.data(), g.data());
-  host_matvec(L.up.data, L.up.dtype, L.up.in, L.up.out, x.data(), u.data());
+  rms_norm_rows(x, n, c.hidden, L.ffn_norm);
+  const size_t rows = static_cast<size_t>(n);
+  std::vector<float> g(rows * c.ffn), u(rows * c.ffn);
+  matmul(L.gate, x.data(), n, g.data());
+  matmul(L.up, x.data(), n, u.data());
   for (size_t i = 0; i < g.size(); ++i) g[i] = gelu_tanh(g[i]) * u[i];
-  std::vector<float> f(static_cast<size_t>(c.hidden));
-  host_matvec(L.down.data, L.down.dtype, L.down.in, L.down.out, g.data(), f.data());
-  rms_norm(f.data(), c.hidden, L.post_ffw_norm, c.rms_eps);
+  std::vector<float> f(rows * c.hidden);
+  matmul(L.down, g.data(), n, f.data());
+  rms_norm_rows(f, n, c.hidden, L.post_ffw_norm);
   for (size_t i = 0; i < h.size(); ++i) h[i] += f[i];
+}
+
+void HostOracle::matmul(const Matrix& m, const float* x, int32_t n, float* y) {
+  host_matmul(m.data, m.dtype, m.in, m.out, x, n, y);
 }
 
 StatusOr<int32_t> HostTokenModel::step(int32_t token) {
@@ -270,7 +372,7 @@ StatusOr<std::vector<float>> HostTokenModel::logits() const {
 
 StatusOr<int32_t> HostTokenModel::prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) return invalid_argument("host oracle: prefill of an empty prompt");
-  for (size_t i = 0; i + 1 < tokens.size(); ++i) NPURT_RETURN_IF_ERROR(oracle_.step(tokens[i], false).status());
+  NPURT_RETURN_IF_ERROR(oracle_.prefill(tokens.first(tokens.size() - 1)));
   return step(tokens.back());
 }
 

@@ -142,8 +142,9 @@ void Server::routes() {
   });
 }
 
-// A request's completions as they run: its streams, the replica each runs on, what
-// each has produced, and the model they run on (kept alive while the request is).
+// A request's completions as they run: its streams, the replica they run on (the n
+// copies of a request share one, and there the prompt's KV blocks), what each has
+// produced, and the model they run on (kept alive while the request is).
 struct Server::Run {
   std::shared_ptr<Model> model;
   CompletionRequest request;
@@ -151,7 +152,7 @@ struct Server::Run {
   int64_t created = 0;
   Clock::time_point arrived, last_token, deadline;
   std::vector<std::shared_ptr<RequestStream>> streams;
-  std::vector<EngineLoop*> loops;  // of model's replicas
+  EngineLoop* loop = nullptr;  // one of model's replicas
   std::vector<Choice> choices;
   std::vector<bool> ended, started;
   Status error;
@@ -192,7 +193,7 @@ struct Server::Run {
 
   void cancel_all() {
     for (size_t i = 0; i < streams.size(); ++i) {
-      if (!ended[i]) loops[i]->cancel(streams[i]);
+      if (!ended[i]) loop->cancel(streams[i]);
     }
   }
 
@@ -224,20 +225,18 @@ void Server::completion(const httplib::Request& req, httplib::Response& res, boo
   run->arrived = run->last_token = arrived;
   run->deadline = arrived + options_.deadline;
   run->prompt_tokens = run->request.engine.prompt.size();
-  // The n copies go to one replica: there they share the prompt's KV blocks.
-  EngineLoop& loop = run->model->least_busy();
+  run->loop = &run->model->least_busy();
   for (int i = 0; i < run->request.n; ++i) {
     models::EngineRequest er = run->request.engine;
     er.sampling.seed += static_cast<uint64_t>(i);
-    StatusOr<std::shared_ptr<RequestStream>> s = loop.submit(std::move(er));
+    StatusOr<std::shared_ptr<RequestStream>> s = run->loop->submit(std::move(er));
     if (!s.ok()) {
-      for (size_t j = 0; j < run->streams.size(); ++j) run->loops[j]->cancel(run->streams[j]);
+      for (const auto& stream : run->streams) run->loop->cancel(stream);
       const bool full = s.status().code() == StatusCode::kResourceExhausted;
       return answer_error(res, endpoint,
                           {.status = full ? 503 : 400, .message = s.status().message(), .type = full ? "server_error" : "invalid_request_error"});
     }
     run->streams.push_back(std::move(s).value());
-    run->loops.push_back(&loop);
   }
   run->choices.resize(run->streams.size());
   run->ended.assign(run->streams.size(), false);

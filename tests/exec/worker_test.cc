@@ -17,6 +17,7 @@
 #include <cmath>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -89,11 +90,14 @@ struct Rig {
         {code});
   }
 
-  // A run of the busy kernel: spins `count` iterations, then writes `value`.
-  RunHandle submit_busy(const CodeHandle& busy, int64_t count, float value, float* result) {
+  // A run of the busy kernel: spins `count` iterations, then writes `value`; with a
+  // gate, the run's stream is held before the kernel until the gate opens.
+  RunHandle submit_busy(const CodeHandle& busy, int64_t count, float value, float* result,
+                        std::optional<StreamGate>* gate = nullptr) {
     return worker->submit(
-        [this, busy, count, value, result](RunContext& ctx) -> Status {
+        [this, busy, count, value, result, gate](RunContext& ctx) -> Status {
           const hal::DeviceAddr out = busy_out + ctx.slot() * sizeof(float);
+          if (gate != nullptr) gate->emplace(*dev, ctx.stream());
           NPURT_RETURN_IF_ERROR(ctx.launch(busy, 1,
                                            {KernelArg::scalar_i64(count), KernelArg::scalar_f32(value),
                                             KernelArg::buffer(out, 4)}));
@@ -126,10 +130,6 @@ struct Rig {
   hal::DeviceAddr busy_out{};
   hal::Counters base;
 };
-
-// Spin iterations of the busy kernel that keep a run in flight for a while: long
-// enough that the test's next steps happen before it completes.
-constexpr int64_t kLongSpin = 40'000'000;
 
 // ---------------------------------------------------------------------------------
 // A -> B -> A across two slots, with address recycling.
@@ -393,12 +393,14 @@ TEST(WorkerCode, UnregisterWhileARunUsesTheImage) {
   const hal::DeviceAddr addr = busy.address();
   const uint64_t size = busy.bytes();
   float result = 0.f;
-  RunHandle run = rig.submit_busy(busy, kLongSpin, 7.f, &result);
+  std::optional<StreamGate> gate;
+  RunHandle run = rig.submit_busy(busy, 1000, 7.f, &result, &gate);
   NPURT_ASSERT_OK(rig.registry->unregister(busy));
-  ASSERT_FALSE(run.done()) << "the run must still be in flight for this test to mean anything";
+  ASSERT_FALSE(run.done()) << "the run is held in flight";
   EXPECT_EQ(rig.registry->stats().blocks_freed, 0u) << "the in-flight run holds the block";
   EXPECT_EQ(rig.registry->stats().live_images, 2u);  // busy + the priming kernel
 
+  gate->open();
   NPURT_ASSERT_OK(run.wait());
   EXPECT_EQ(result, 7.f);
   EXPECT_EQ(rig.registry->stats().blocks_freed, 1u) << "freed at retirement";
@@ -583,10 +585,12 @@ TEST(WorkerLeases, StaleLeaseIsRejected) {
   // A current lease whose callable has returned may not add work either.
   float result = 0;
   std::optional<RunContext> staged;
+  std::optional<StreamGate> gate;
   RunHandle long_run = rig.worker->submit(
       [&](RunContext& ctx) {
         staged = ctx;
-        return ctx.launch(busy, 1, {KernelArg::scalar_i64(kLongSpin), KernelArg::scalar_f32(2.f),
+        gate.emplace(*rig.dev, ctx.stream());
+        return ctx.launch(busy, 1, {KernelArg::scalar_i64(1000), KernelArg::scalar_f32(2.f),
                                     KernelArg::buffer(rig.busy_out, 4)});
       },
       {busy});
@@ -594,6 +598,7 @@ TEST(WorkerLeases, StaleLeaseIsRejected) {
   EXPECT_FALSE(long_run.done());
   EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.to_string();
   EXPECT_TRUE(contains(st, "finished staging")) << st.to_string();
+  gate->open();
   NPURT_ASSERT_OK(long_run.wait());
   EXPECT_EQ(rig.worker->stats().stale_leases_rejected, 2u);
 }
@@ -602,7 +607,8 @@ TEST(WorkerCompletion, DoneIsNonBlockingAndRunsRetireInOrder) {
   Rig rig;  // depth 2
   const CodeHandle busy = rig.reg(busy_kernel().value());
   float r0 = 0, r1 = 0;
-  RunHandle slow = rig.submit_busy(busy, kLongSpin, 1.f, &r0);  // slot 0
+  std::optional<StreamGate> gate;
+  RunHandle slow = rig.submit_busy(busy, 1000, 1.f, &r0, &gate);  // slot 0, held
   bool slow_done_while_staging_next = true;
   RunHandle fast = rig.worker->submit(  // slot 1
       [&](RunContext& ctx) {
@@ -620,7 +626,8 @@ TEST(WorkerCompletion, DoneIsNonBlockingAndRunsRetireInOrder) {
   EXPECT_FALSE(done_now);
   EXPECT_LT(dt, std::chrono::milliseconds(100)) << "done() must not wait for the run";
 
-  // Run 1 finishes first on the device but retires after run 0.
+  // Run 1 can finish on the device while run 0 is held, but retires after run 0.
+  gate->open();
   NPURT_ASSERT_OK(fast.wait());
   EXPECT_TRUE(slow.done()) << "runs retire in submission order";
   NPURT_ASSERT_OK(slow.wait());
@@ -631,16 +638,20 @@ TEST(WorkerCompletion, DoneIsNonBlockingAndRunsRetireInOrder) {
 TEST(WorkerCompletion, WaitForPreviousRunOrdersAcrossSlots) {
   Rig rig;  // depth 2
   const CodeHandle busy = rig.reg(busy_kernel().value());
-  // Run 0 (slot 0) writes 1 to a cell after a long spin; run 1 (slot 1) waits for it
-  // and reads the cell: it must see 1, not the initial 0.
+  // Run 0 (slot 0, held) writes 1 to a cell; run 1 (slot 1) waits for it and reads
+  // the cell: it must see 1, not the initial 0. Run 0 stays held a little while, so
+  // that a run 1 that did not wait would read the cell before run 0 writes it.
   float seen = -1.f, r0 = 0.f;
-  RunHandle first = rig.submit_busy(busy, kLongSpin / 4, 1.f, &r0);
+  std::optional<StreamGate> gate;
+  RunHandle first = rig.submit_busy(busy, 1000, 1.f, &r0, &gate);
   RunHandle second = rig.worker->submit(
       [&](RunContext& ctx) {
         NPURT_RETURN_IF_ERROR(ctx.wait_for_previous_run());
         return ctx.copy_to_host(&seen, rig.busy_out, 4);
       },
       {busy});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gate->open();
   NPURT_ASSERT_OK(second.wait());
   NPURT_ASSERT_OK(first.wait());
   EXPECT_EQ(seen, 1.f);

@@ -148,15 +148,19 @@ TEST(SimDevice, StreamsRunAsynchronouslyAndInOrder) {
   auto s = dev->create_stream().value();
   const auto code = upload(*dev, busy_kernel().value());
   const auto out = put(*dev, s, std::vector<float>{0.f});
-  // A long kernel, then a copy that reads its result: enqueue returns at once, the
-  // stream is not done yet, and the copy sees the kernel's write (FIFO order).
-  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::scalar_i64(20'000'000), KernelArg::scalar_f32(7.f),
+  // A held stream, a kernel, then a copy that reads its result: enqueue returns at
+  // once, the stream is not done while held, and the copy sees the kernel's write
+  // (FIFO order).
+  StreamGate gate(*dev, s);
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::scalar_i64(1000), KernelArg::scalar_f32(7.f),
                                             KernelArg::buffer(out, 4)}}));
   float host = -1.f;
   NPURT_ASSERT_OK(dev->copy_to_host(s, &host, out, 4));
   auto done = dev->stream_query(s);
   ASSERT_TRUE(done.ok());
-  EXPECT_FALSE(*done) << "a 20M-iteration kernel cannot have finished during enqueue";
+  EXPECT_FALSE(*done) << "a held stream cannot be done";
+  EXPECT_EQ(host, -1.f) << "the copy ran before the kernel it follows";
+  gate.open();
   NPURT_ASSERT_OK(dev->stream_synchronize(s));
   EXPECT_TRUE(dev->stream_query(s).value());
   EXPECT_EQ(host, 7.f);
@@ -172,19 +176,26 @@ TEST(SimDevice, EventsOrderTwoStreams) {
 
   auto run = [&](bool wait, float value) {
     float host = -1.f;
-    EXPECT_TRUE(dev->launch(producer, {code, 1, {KernelArg::scalar_i64(20'000'000), KernelArg::scalar_f32(value),
+    StreamGate gate(*dev, producer);  // holds the producer before its kernel
+    EXPECT_TRUE(dev->launch(producer, {code, 1, {KernelArg::scalar_i64(1000), KernelArg::scalar_f32(value),
                                                  KernelArg::buffer(out, 4)}}).ok());
     EXPECT_TRUE(dev->record_event(producer, ev).ok());
     if (wait) {
       EXPECT_TRUE(dev->wait_event(consumer, ev).ok());
     }
     EXPECT_TRUE(dev->copy_to_host(consumer, &host, out, 4).ok());
+    if (wait) {
+      EXPECT_FALSE(dev->stream_query(consumer).value()) << "the consumer waits for the held producer";
+    } else {
+      EXPECT_TRUE(dev->stream_synchronize(consumer).ok());  // done while the producer is held
+    }
+    gate.open();
     EXPECT_TRUE(dev->stream_synchronize(consumer).ok());
     EXPECT_TRUE(dev->event_synchronize(ev).ok());
     EXPECT_TRUE(dev->event_query(ev).value());
     return host;
   };
-  // Without the event the consumer's copy overtakes the long kernel (this is what
+  // Without the event the consumer's copy overtakes the held kernel (this is what
   // the event is for); with it the copy sees the kernel's write.
   EXPECT_EQ(run(false, 1.f), 0.f);
   EXPECT_EQ(run(true, 2.f), 2.f);
@@ -197,10 +208,12 @@ TEST(SimDevice, EventQueryIsNonBlocking) {
   const auto out = put(*dev, s, std::vector<float>{0.f});
   auto ev = dev->create_event().value();
   EXPECT_TRUE(dev->event_query(ev).value()) << "a never-recorded event is complete";
-  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::scalar_i64(20'000'000), KernelArg::scalar_f32(1.f),
+  StreamGate gate(*dev, s);
+  NPURT_ASSERT_OK(dev->launch(s, {code, 1, {KernelArg::scalar_i64(1000), KernelArg::scalar_f32(1.f),
                                             KernelArg::buffer(out, 4)}}));
   NPURT_ASSERT_OK(dev->record_event(s, ev));
   EXPECT_FALSE(dev->event_query(ev).value());
+  gate.open();
   NPURT_ASSERT_OK(dev->event_synchronize(ev));
   EXPECT_TRUE(dev->event_query(ev).value());
   NPURT_ASSERT_OK(dev->destroy_event(ev));

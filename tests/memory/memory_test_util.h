@@ -182,67 +182,6 @@ struct MemoryRig {
   }
 };
 
-// Holds a stream at a host function until open() (or destruction): work enqueued
-// behind it stays unfinished for as long as a test needs, so a test of waits on
-// unfinished work does not depend on how fast the simulator runs. Declare it after
-// the rig, so it opens before the rig's streams go.
-class StreamGate {
- public:
-  StreamGate(hal::Device& device, hal::StreamId stream) : device_(device) {
-    const Status s = device.enqueue_host_function(stream, [state = state_](const Status&) {
-      std::unique_lock<std::mutex> lock(state->mu);
-      state->cv.wait(lock, [&] { return state->open; });
-      return ok_status();
-    });
-    EXPECT_TRUE(s.ok()) << s.to_string();
-  }
-  StreamGate(const StreamGate&) = delete;
-  StreamGate& operator=(const StreamGate&) = delete;
-  ~StreamGate() {
-    open();
-    if (opener_.joinable()) opener_.join();
-  }
-
-  void open() {
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->open = true;
-    }
-    state_->cv.notify_all();
-  }
-
-  // Opens once a host thread blocks on unfinished device work (the device's
-  // host_blocked_waits grows past its value now): for a test whose host side must
-  // wait behind the gate.
-  void open_when_the_host_blocks() {
-    const uint64_t before = device_.counters().host_blocked_waits;
-    open_once([before](const hal::Counters& c) { return c.host_blocked_waits > before; });
-  }
-
-  // Opens, from a thread of its own, once the device's counters satisfy `ready` (polled
-  // every millisecond). Gives up after a minute and opens anyway, so a test whose
-  // condition never comes fails instead of hanging.
-  void open_once(std::function<bool(const hal::Counters&)> ready) {
-    opener_ = std::thread([this, ready = std::move(ready)] {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
-      while (!ready(device_.counters()) && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      open();
-    });
-  }
-
- private:
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool open = false;
-  };
-  hal::Device& device_;
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-  std::thread opener_;
-};
-
 inline void put_floats(std::span<uint8_t> bytes, const std::vector<float>& values) {
   ASSERT_EQ(bytes.size(), values.size() * sizeof(float));
   std::memcpy(bytes.data(), values.data(), bytes.size());

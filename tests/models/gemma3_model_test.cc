@@ -295,7 +295,7 @@ PrefillResult run_prefill(Rig& rig, const std::vector<int32_t>& prompt, uint32_t
 
 std::vector<float> oracle_logits(HostOracle& oracle, const std::vector<int32_t>& prompt) {
   EXPECT_TRUE(oracle.reset().ok());
-  for (size_t i = 0; i + 1 < prompt.size(); ++i) EXPECT_TRUE(oracle.step(prompt[i], false).ok());
+  EXPECT_TRUE(oracle.prefill(std::span<const int32_t>(prompt).first(prompt.size() - 1)).ok());
   const std::span<const float> last = oracle.step(prompt.back()).value();
   return {last.begin(), last.end()};
 }

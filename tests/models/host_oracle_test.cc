@@ -202,6 +202,45 @@ TEST(HostOracleTest, RejectsBadInput) {
   EXPECT_EQ(o->step(1).status().code(), StatusCode::kOutOfRange);
 }
 
+// prefill() runs a layer at a time over many tokens: the same bits as a step per token,
+// across the sliding window (8, local layer) and a chunk of the global layer.
+TEST(HostOracleTest, PrefillIsStepByStepBitForBit) {
+  SyntheticOptions options;
+  options.sliding_window = 8;
+  options.global_period = 2;
+  options.dtype = {{"blk.0.ffn_down.weight", isa::DType::kQ8_0}, {"blk.1.attn_q.weight", isa::DType::kQ8_0}};
+  Model m = parse(synthetic_gemma3(options));
+  StatusOr<HostOracle> stepped = HostOracle::load(m.file), batched = HostOracle::load(m.file);
+  ASSERT_TRUE(stepped.ok() && batched.ok());
+  std::mt19937 rng(7);
+  std::vector<int32_t> prompt(37);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+  const std::vector<float> want = run(*stepped, prompt);
+  ASSERT_TRUE(batched->prefill(std::span<const int32_t>(prompt).first(prompt.size() - 1)).ok());
+  EXPECT_EQ(batched->position(), 36);
+  const std::vector<float> got = run(*batched, {prompt.back()});
+  ASSERT_EQ(got.size(), kVocab);
+  EXPECT_EQ(got, want);
+  // The caches are the same too: the next step agrees.
+  EXPECT_EQ(run(*batched, {5}), run(*stepped, {5}));
+}
+
+TEST(HostOracleTest, PrefillRefusesBadInputWithoutRunning) {
+  Model m = parse(synthetic_gemma3());
+  StatusOr<HostOracle> o = HostOracle::load(m.file);
+  ASSERT_TRUE(o.ok());
+  const Status bad_token = o->prefill(std::vector<int32_t>{1, 2, 300});
+  EXPECT_EQ(bad_token.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_token.message().find("token 300"), std::string::npos) << bad_token.to_string();
+  ASSERT_TRUE(o->prefill(std::vector<int32_t>(60, 1)).ok());
+  const Status too_long = o->prefill(std::vector<int32_t>(5, 1));  // 60 + 5 > 64 positions
+  EXPECT_EQ(too_long.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(too_long.message().find("position 64 is past the context length 64"), std::string::npos)
+      << too_long.to_string();
+  EXPECT_EQ(o->position(), 60);
+  EXPECT_TRUE(o->prefill(std::vector<int32_t>(4, 1)).ok());
+}
+
 // The real file against an independent runtime: llama.cpp (llama-cpp-python 0.3.36,
 // CPU) on the same file (SHA-256 a5fd3b62...6818) ranks the next token after "The
 // capital of France is" as below and decodes the greedy tokens below. Its quantized

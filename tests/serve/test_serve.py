@@ -59,6 +59,7 @@ class Server:
         else:
             raise AssertionError("the server did not become ready in 120 s")
         self.client = openai.OpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0, timeout=120)
+        self.model_id = self.client.models.list().data[0].id
 
     def get(self, path):
         try:
@@ -109,7 +110,7 @@ def server():
 
 
 def complete(server, prompt, **kw):
-    r = server.client.completions.create(model=server.client.models.list().data[0].id, prompt=prompt, **kw)
+    r = server.client.completions.create(model=server.model_id, prompt=prompt, **kw)
     return r.choices[0].text
 
 
@@ -241,10 +242,12 @@ def test_unknown_model_and_messages_are_named(server):
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_client_that_goes_away_frees_its_blocks(server, stream):
-    # 480 tokens take several seconds even at the batched step's best rate (under 110
-    # tokens/s here), so a request still running 4 s after its client left was not
-    # cancelled.
+    # A request of 480 tokens needs at least 480 engine steps to run to its end, so one
+    # that stops after fewer was cancelled when its client left. The server is idle first,
+    # so the blocks held before are nobody's that could still be let go.
+    wait_until_idle(server)
     used_before = server.metric("npurt_kv_blocks_used")
+    steps_before = server.metric("npurt_engine_steps_total")
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
     conn.request("POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 480,
                                                         "temperature": 0, "stream": stream}),
@@ -259,13 +262,20 @@ def test_a_client_that_goes_away_frees_its_blocks(server, stream):
             time.sleep(0.05)
         assert server.metric("npurt_running_sequences") == 1  # running, its answer not yet sent
     conn.close()
-    deadline = time.monotonic() + 4
-    while time.monotonic() < deadline:
-        if server.metric("npurt_running_sequences") == 0 and server.metric("npurt_kv_blocks_used") == used_before:
-            break
-        time.sleep(0.2)
+    wait_until_idle(server, blocks=used_before)
     assert server.metric("npurt_running_sequences") == 0
     assert server.metric("npurt_kv_blocks_used") == used_before
+    assert server.metric("npurt_engine_steps_total") - steps_before < 480, "the request ran to its end"
+
+
+def wait_until_idle(server, blocks=None, seconds=60):
+    """Until nothing runs or waits (and `blocks` KV blocks are held, when given), or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        busy = server.metric("npurt_running_sequences") + server.metric("npurt_queue_depth")
+        if busy == 0 and (blocks is None or server.metric("npurt_kv_blocks_used") == blocks):
+            return
+        time.sleep(0.1)
 
 
 # Bad bodies of every kind the load test sends, each with the status it must get.

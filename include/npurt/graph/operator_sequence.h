@@ -187,9 +187,9 @@ class CompiledSequence {
     // an output read by later steps): launched as LaunchArg::written_first.
     bool written_first = false;
   };
-  // A kernel, or a stream command when `command` is set (no image then).
+  // A kernel, or a stream command when `command` is set (no image or code then).
   struct CompiledKernel {
-    std::optional<isa::Image> image;
+    std::optional<isa::Image> image;  // built, until `code` registers it
     uint32_t grid = 1;
     exec::CodeHandle code;
     std::vector<KernelArgBinding> args;

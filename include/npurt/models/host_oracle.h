@@ -1,4 +1,4 @@
-// A plain f32 Gemma-3 forward pass on the host, one token at a time: the reference
+// A plain f32 Gemma-3 forward pass on the host, token by token: the reference
 // ("oracle") that device implementations are compared against.
 //
 //   StatusOr<models::GgufFile> file = models::GgufFile::open(path);
@@ -36,6 +36,10 @@ class HostOracle {
   // (most of a step's work) is skipped and the span is empty: prompt tokens before the
   // last need only their keys and values.
   StatusOr<std::span<const float>> step(int32_t token, bool logits = true);
+  // step(token, false) for each of `tokens` in turn, the same bits, but one layer at a
+  // time over all of them: each weight row is decoded once per chunk of tokens instead
+  // of once per token. Nothing runs if a token or the length is refused.
+  Status prefill(std::span<const int32_t> tokens);
 
   int32_t position() const { return position_; }
   const Gemma3Config& config() const { return config_; }
@@ -56,10 +60,16 @@ class HostOracle {
   };
 
   HostOracle() = default;
-  void attention_block(int32_t l, std::vector<float>& h);
-  void ffn_block(int32_t l, std::vector<float>& h);
-  void attend(const Layer& layer, bool global, const std::vector<float>& q,
-              std::vector<float>& out) const;
+  Status check(std::span<const int32_t> tokens) const;
+  // Runs tokens at position() onwards through every layer, appending to the cache;
+  // returns the last token's hidden state.
+  std::vector<float> forward(std::span<const int32_t> tokens);
+  // The blocks over n tokens' hidden states h ([n][hidden]), in place.
+  void attention_block(int32_t l, int32_t n, std::vector<float>& h);
+  void ffn_block(int32_t l, int32_t n, std::vector<float>& h);
+  void attend(const Layer& layer, bool global, int32_t position, const float* q, float* out) const;
+  void rms_norm_rows(std::vector<float>& x, int32_t n, int32_t width, const std::vector<float>& w) const;
+  static void matmul(const Matrix& m, const float* x, int32_t n, float* y);
 
   Gemma3Config config_;
   Matrix embed_, output_;
@@ -73,6 +83,10 @@ class HostOracle {
 // parallel over row ranges. Exposed for tests and other host references.
 void host_matvec(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
                  const float* x, float* y);
+// host_matvec of `tokens` vectors x[t] ([tokens][in]) into y[t] ([tokens][out]), each
+// row decoded once for all of them; y[t] is the bits host_matvec(x[t]) gives.
+void host_matmul(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out,
+                 const float* x, int32_t tokens, float* y);
 
 // The oracle as a TokenModel: step() returns the argmax of its logits.
 class HostTokenModel final : public TokenModel {
