@@ -69,23 +69,41 @@ const auto dot4 = [] {
 const auto dot4 = dot4_portable;
 #endif
 
-// y[t][r] = dot(row r, x[t]) for rows [begin, end) and `tokens` vectors: each row is
-// decoded once for all of them, and each sum is formed as one vector's alone would be.
+// y[t][r] = dot(row r, x[t]) for rows [begin, end) and `tokens` vectors, each row
+// decoded once for all of them. Four tokens share a row's pass, or, with fewer tokens,
+// four rows share each token's: four sums in flight either way. Each sum is formed as
+// dot() forms it (the product of two floats is exact, so dot(x, row) == dot(row, x)).
 void matmul_rows(const uint8_t* data, isa::DType dtype, int32_t in, int32_t out, size_t row_bytes,
                  const float* x, int32_t tokens, float* y, int32_t begin, int32_t end) {
-  std::vector<float> row(static_cast<size_t>(in));
-  auto vec = [&](int32_t t) { return x + static_cast<size_t>(t) * in; };
+  const size_t width = static_cast<size_t>(in);
+  std::vector<float> rows(4 * width);
+  auto decode = [&](int32_t r, float* into) {
+    isa::to_f32(data + static_cast<size_t>(r) * row_bytes, dtype, into, width);
+  };
+  auto vec = [&](int32_t t) { return x + static_cast<size_t>(t) * width; };
   auto at = [&](int32_t t, int32_t r) -> float& { return y[static_cast<size_t>(t) * out + r]; };
-  for (int32_t r = begin; r < end; ++r) {
-    isa::to_f32(data + static_cast<size_t>(r) * row_bytes, dtype, row.data(), row.size());
+  int32_t r = begin;
+  if (tokens < 4) {
+    for (; r + 4 <= end; r += 4) {
+      for (int32_t k = 0; k < 4; ++k) decode(r + k, rows.data() + k * width);
+      const float* const b[4] = {rows.data(), rows.data() + width, rows.data() + 2 * width, rows.data() + 3 * width};
+      for (int32_t t = 0; t < tokens; ++t) {
+        double sums[4];
+        dot4(vec(t), b, in, sums);
+        for (int32_t k = 0; k < 4; ++k) at(t, r + k) = static_cast<float>(sums[k]);
+      }
+    }
+  }
+  for (; r < end; ++r) {
+    decode(r, rows.data());
     int32_t t = 0;
     for (; t + 4 <= tokens; t += 4) {
       const float* const b[4] = {vec(t), vec(t + 1), vec(t + 2), vec(t + 3)};
       double sums[4];
-      dot4(row.data(), b, in, sums);
+      dot4(rows.data(), b, in, sums);
       for (int32_t k = 0; k < 4; ++k) at(t + k, r) = static_cast<float>(sums[k]);
     }
-    for (; t < tokens; ++t) at(t, r) = static_cast<float>(dot(row.data(), vec(t), in));
+    for (; t < tokens; ++t) at(t, r) = static_cast<float>(dot(rows.data(), vec(t), in));
   }
 }
 

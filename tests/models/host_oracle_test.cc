@@ -202,6 +202,34 @@ TEST(HostOracleTest, RejectsBadInput) {
   EXPECT_EQ(o->step(1).status().code(), StatusCode::kOutOfRange);
 }
 
+// host_matmul against dot products formed in dot()'s order (partial sums over i mod 4
+// in double, then (s0 + s1) + (s2 + s3)), for every batch size up to 9 (blocks of four
+// tokens, or of four rows, and what is left over), with a sum length and a row count
+// that leave a tail past the blocks. Outputs start as NaN.
+TEST(HostOracleTest, MatmulIsDotProductsInOneOrderForEveryBatch) {
+  const int32_t in = 70, out = 11;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> w(static_cast<size_t>(in) * out);
+  for (float& v : w) v = normal(rng);
+  auto reference = [&](const float* row, const float* x) {
+    double s[4] = {};
+    for (int32_t i = 0; i < in; ++i) s[i < in - in % 4 ? i % 4 : 0] += double(row[i]) * x[i];
+    return static_cast<float>((s[0] + s[1]) + (s[2] + s[3]));
+  };
+  for (int32_t tokens = 1; tokens <= 9; ++tokens) {
+    std::vector<float> x(static_cast<size_t>(tokens) * in), y(static_cast<size_t>(tokens) * out, std::nanf(""));
+    for (float& v : x) v = normal(rng);
+    host_matmul(reinterpret_cast<const uint8_t*>(w.data()), isa::DType::kF32, in, out, x.data(), tokens, y.data());
+    for (int32_t t = 0; t < tokens; ++t) {
+      for (int32_t r = 0; r < out; ++r) {
+        EXPECT_EQ(y[static_cast<size_t>(t) * out + r], reference(&w[static_cast<size_t>(r) * in], &x[static_cast<size_t>(t) * in]))
+            << tokens << " tokens, token " << t << ", row " << r;
+      }
+    }
+  }
+}
+
 // prefill() runs a layer at a time over many tokens: the same bits as a step per token,
 // across the sliding window (8, local layer) and a chunk of the global layer.
 TEST(HostOracleTest, PrefillIsStepByStepBitForBit) {

@@ -242,9 +242,10 @@ def test_unknown_model_and_messages_are_named(server):
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_client_that_goes_away_frees_its_blocks(server, stream):
-    # A request of 480 tokens needs at least 480 engine steps to run to its end, so one
-    # that stops after fewer was cancelled when its client left. The server is idle first,
-    # so the blocks held before are nobody's that could still be let go.
+    # A request of 480 tokens needs about 480 engine steps to run to its end (479: its
+    # first token comes with its prompt), so one that ends after fewer than half of them
+    # was cancelled when its client left. The server is idle first, so the blocks held
+    # before are nobody's that could still be let go.
     wait_until_idle(server)
     used_before = server.metric("npurt_kv_blocks_used")
     steps_before = server.metric("npurt_engine_steps_total")
@@ -265,7 +266,7 @@ def test_a_client_that_goes_away_frees_its_blocks(server, stream):
     wait_until_idle(server, blocks=used_before)
     assert server.metric("npurt_running_sequences") == 0
     assert server.metric("npurt_kv_blocks_used") == used_before
-    assert server.metric("npurt_engine_steps_total") - steps_before < 480, "the request ran to its end"
+    assert server.metric("npurt_engine_steps_total") - steps_before < 240, "the request ran on after its client left"
 
 
 def wait_until_idle(server, blocks=None, seconds=60):
