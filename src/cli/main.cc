@@ -252,6 +252,9 @@ int main(int argc, char** argv) {
   serve->add_option("--deadline", srv.deadline_s, "seconds a request may run before it is cancelled")
       ->check(CLI::Range(1, 24 * 3600))
       ->capture_default_str();
+  serve->add_option("--chat-template", srv.chat_template,
+                    "a Jinja chat template file for /v1/chat/completions (default: the model file's "
+                    "tokenizer.chat_template, else Gemma's turn format)");
 
   std::string model;
   auto* info = app.add_subcommand("info", "print a GGUF model file's header, metadata and tensor table");

@@ -7,6 +7,8 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -60,6 +62,40 @@ StatusOr<serve::Replica> load_replica(const ServeArgs& args, const models::GgufF
   return replica;
 }
 
+// How chats become prompts: --chat-template, else the file's template, else Gemma's
+// turns (also when the file's template uses what ChatTemplate does not support: the
+// server still serves, and says so).
+StatusOr<serve::ChatFormat> chat_format(const ServeArgs& args, const models::GgufFile& file,
+                                        const models::Tokenizer& tok) {
+  serve::ChatFormat format{.chat_template = nullptr,
+                           .bos_token = std::string(tok.piece(tok.bos())),
+                           .eos_token = std::string(tok.piece(tok.eos()))};
+  if (!args.chat_template.empty()) {
+    std::ifstream in(args.chat_template, std::ios::binary);
+    if (!in) return not_found("--chat-template: cannot read " + args.chat_template);
+    const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    NPURT_ASSIGN_OR_RETURN_CTX(serve::ChatTemplate t, serve::ChatTemplate::parse(source),
+                               "--chat-template " + args.chat_template);
+    format.chat_template = std::make_shared<const serve::ChatTemplate>(std::move(t));
+    std::fprintf(stderr, "npurt serve: chats use the template in %s\n", args.chat_template.c_str());
+    return format;
+  }
+  StatusOr<std::string_view> source = file.get_string("tokenizer.chat_template");
+  if (!source.ok()) {
+    std::fprintf(stderr, "npurt serve: the model file has no chat template: chats use Gemma's turn format\n");
+    return format;
+  }
+  StatusOr<serve::ChatTemplate> t = serve::ChatTemplate::parse(*source);
+  if (!t.ok()) {
+    std::fprintf(stderr, "npurt serve: the model file's chat template is not supported (%s): chats use Gemma's turn "
+                         "format\n", t.status().message().c_str());
+    return format;
+  }
+  format.chat_template = std::make_shared<const serve::ChatTemplate>(std::move(t).value());
+  std::fprintf(stderr, "npurt serve: chats use the model file's chat template\n");
+  return format;
+}
+
 }  // namespace
 
 int run_serve(const ServeArgs& args) {
@@ -99,13 +135,14 @@ int run_serve(const ServeArgs& args) {
     gguf = std::make_shared<models::GgufFile>(std::move(file));
     NPURT_ASSIGN_OR_RETURN(models::Tokenizer tok, models::Tokenizer::from_gguf(*gguf));
     auto tokenizer = std::make_shared<const models::Tokenizer>(std::move(tok));
+    NPURT_ASSIGN_OR_RETURN(serve::ChatFormat chat, chat_format(args, *gguf, *tokenizer));
     std::vector<serve::Replica> replicas;
     for (int d = 0; d < args.devices; ++d) {
       NPURT_ASSIGN_OR_RETURN_CTX(serve::Replica r, load_replica(args, *gguf, tokenizer),
                                  "device " + std::to_string(d) + " of " + std::to_string(args.devices));
       replicas.push_back(std::move(r));
     }
-    NPURT_RETURN_IF_ERROR((*server)->attach(std::move(replicas), tokenizer, model_id(path)));
+    NPURT_RETURN_IF_ERROR((*server)->attach(std::move(replicas), tokenizer, model_id(path), std::move(chat)));
     std::fprintf(stderr, "npurt serve: ready (%d %s device(s), %d sequences together on each, %u positions each)\n",
                  args.devices, args.device.c_str(), args.parallel, args.context);
     return ok_status();

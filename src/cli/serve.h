@@ -19,6 +19,7 @@ struct ServeArgs {
   uint32_t prefill_chunk = 64;
   int64_t max_body_bytes = 1 << 20;
   int deadline_s = 600;
+  std::string chat_template;  // a Jinja file; empty: the model file's, else Gemma's turns
 };
 
 int run_serve(const ServeArgs& args);

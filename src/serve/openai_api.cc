@@ -113,6 +113,24 @@ std::variant<std::string, ApiError> chat_prompt(const Json& messages) {
   return text + "<start_of_turn>model\n";
 }
 
+std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& messages, const ChatFormat& format) {
+  if (!messages.is_array() || messages.empty()) return bad("messages", "'messages' must be a non-empty array");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::ordered_json& m = messages[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return bad(where + ".role", "'" + where + "' must be an object with a string 'role'");
+    }
+  }
+  const nlohmann::ordered_json variables = {{"messages", messages},
+                                            {"bos_token", format.bos_token},
+                                            {"eos_token", format.eos_token},
+                                            {"add_generation_prompt", true}};
+  StatusOr<std::string> text = format.chat_template->render(variables);
+  if (!text.ok()) return bad("messages", "the model's chat template refused the messages: " + text.status().message());
+  return std::move(text).value();
+}
+
 std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body_text, bool chat,
                                                            const models::Tokenizer& tok, const ApiLimits& limits) {
   const Json body = Json::parse(body_text, nullptr, /*allow_exceptions=*/false);
@@ -131,7 +149,14 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
   if (chat) {
     const auto it = body.find("messages");
     if (it == body.end()) return bad("messages", "'messages' is required");
-    std::variant<std::string, ApiError> text = chat_prompt(*it);
+    std::variant<std::string, ApiError> text;
+    if (limits.chat.chat_template) {
+      // Read again keeping the client's key order, which a template may print.
+      const auto ordered = nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+      text = chat_prompt(ordered["messages"], limits.chat);
+    } else {
+      text = chat_prompt(*it);
+    }
     if (auto* e = std::get_if<ApiError>(&text)) return *e;
     StatusOr<std::vector<int32_t>> ids = tok.encode(std::get<std::string>(text));
     if (!ids.ok()) return bad("messages", ids.status().message());

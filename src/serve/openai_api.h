@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "npurt/models/batch_engine.h"
+#include "serve/chat_template.h"
 #include "npurt/models/tokenizer.h"
 
 namespace npurt::serve {
@@ -36,11 +37,19 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
 };
 
-// What the server is: its model's name and how much a request may hold.
+// How chat messages become prompt text: the model file's chat template, rendered with
+// its bos and eos pieces; without one, Gemma's turn format (chat_prompt).
+struct ChatFormat {
+  std::shared_ptr<const ChatTemplate> chat_template;  // null: Gemma's turn format
+  std::string bos_token, eos_token;
+};
+
+// What the server is: its model's name, how much a request may hold and its chat format.
 struct ApiLimits {
   std::string model_id;
   uint32_t max_context = 0;
   int max_n = 8;
+  ChatFormat chat{};
 };
 
 // Decodes and checks a body of /v1/chat/completions (`chat`) or /v1/completions. Every
@@ -52,6 +61,10 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
 // Gemma's turn format of chat messages ({"role", "content"}; system text goes before
 // the first user turn), ending with the model's turn opened.
 std::variant<std::string, ApiError> chat_prompt(const Json& messages);
+// The prompt of chat messages (as the client wrote them, keys in their order) by a
+// chat template, with add_generation_prompt set: a message must be an object with a
+// string role; the template decides the rest and its refusals come back as 400s.
+std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& messages, const ChatFormat& format);
 
 // The "error" object of an ApiError.
 Json error_json(const ApiError& e);

@@ -54,14 +54,14 @@ void Server::stop() {
 }
 
 Status Server::attach(std::vector<Replica> replicas, std::shared_ptr<const models::Tokenizer> tokenizer,
-                      std::string model_id) {
+                      std::string model_id, ChatFormat chat) {
   if (replicas.empty()) return invalid_argument("serve: attach needs at least one replica");
   for (const Replica& r : replicas) {
     if (!r.loop || !r.runtime) return invalid_argument("serve: a replica without its engine loop or runtime");
   }
   auto m = std::make_shared<Model>();
   const uint32_t context = replicas[0].loop->model().max_context();
-  m->limits = {.model_id = std::move(model_id), .max_context = context, .max_n = options_.max_n};
+  m->limits = {.model_id = std::move(model_id), .max_context = context, .max_n = options_.max_n, .chat = std::move(chat)};
   m->replicas = std::move(replicas);
   m->tokenizer = std::move(tokenizer);
   std::lock_guard<std::mutex> lock(mu_);

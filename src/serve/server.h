@@ -74,7 +74,7 @@ class Server {
   // The model the API serves from now on, on one or more replicas of the same file
   // (at least one; their contexts alike).
   Status attach(std::vector<Replica> replicas, std::shared_ptr<const models::Tokenizer> tokenizer,
-                std::string model_id);
+                std::string model_id, ChatFormat chat = {});
   // Detaches the model (its loops cancel what still runs); the API says "loading" again.
   void detach();
 

@@ -10,6 +10,7 @@ import concurrent.futures
 import http.client
 import json
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -17,11 +18,13 @@ import time
 import urllib.error
 import urllib.request
 
+import jinja2.sandbox
 import openai
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
+HERE = pathlib.Path(__file__).parent
 NPURT = os.environ.get("NPURT_BIN", "")
 MODEL = os.environ.get("NPURT_MODEL", "")
 # Debian's browser and its driver (scripts/install-deps.sh installs both).
@@ -339,6 +342,49 @@ def test_metrics_and_no_device_leaks_under_load(server):
     assert status == 200 and 'npurt_requests_total{endpoint="/v1/completions",status="400"}' in text
     assert 'npurt_requests_total{endpoint="/v1/completions",status="404"}' in text
     assert server.metric("npurt_time_to_first_token_seconds_count") > 0
+
+
+def jinja2_prompt(template, messages):
+    """The prompt text Python's jinja2 renders, set up as Hugging Face renders chat templates."""
+    def raise_exception(message):
+        raise jinja2.TemplateError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages, bos_token="<bos>", eos_token="<eos>",
+                                            add_generation_prompt=True)
+
+
+def test_a_chat_template_writes_the_prompt_jinja2_writes(server):
+    """--chat-template FILE: a chat's greedy answer and prompt tokens are a completion's whose
+    prompt is jinja2's rendering of the same template and messages. Gemma 3's own template
+    gives the built-in turn format's prompt; ChatML gives another; a template's
+    raise_exception is a 400 with its message, and the server goes on serving."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    builtin = server.client.chat.completions.create(model=server.model_id, messages=messages, max_tokens=8,
+                                                    temperature=0)
+    for name in ("gemma-3-it.jinja", "smollm2-instruct.jinja"):
+        path = HERE / "chat_templates" / name
+        s = Server("--parallel", "2", "--chat-template", str(path))
+        try:
+            chat = s.client.chat.completions.create(model=s.model_id, messages=messages, max_tokens=8,
+                                                    temperature=0)
+            plain = s.client.completions.create(model=s.model_id, prompt=jinja2_prompt(path.read_text(), messages),
+                                                max_tokens=8, temperature=0)
+            assert chat.choices[0].message.content == plain.choices[0].text
+            assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
+            same_as_builtin = chat.usage.prompt_tokens == builtin.usage.prompt_tokens
+            assert same_as_builtin == name.startswith("gemma"), (name, chat.usage, builtin.usage)
+            if name.startswith("gemma"):
+                assert chat.choices[0].message.content == builtin.choices[0].message.content
+                two_users = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+                status, _, text = s.post("/v1/chat/completions", {"messages": two_users})
+                err = json.loads(text)["error"]
+                assert status == 400 and err["param"] == "messages", text
+                assert "Conversation roles must alternate" in err["message"]
+                assert s.client.chat.completions.create(model=s.model_id, messages=messages, max_tokens=1)
+        finally:
+            assert s.stop() == 0
 
 
 def test_a_full_queue_answers_503_with_retry_after():
