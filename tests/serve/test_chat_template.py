@@ -144,9 +144,9 @@ def test_the_real_templates_are_here():
 def test_real_template_over_random_conversations(path):
     rng = random.Random(path.stem)
     template = path.read_text()
-    cases = [(template, conversation(rng, specials_of(path))) for _ in range(150)]
+    cases = [(template, conversation(rng, specials_of(path))) for _ in range(60)]
     # Most conversations render (the rest are refused alike on both sides).
-    assert compare(cases) >= 60
+    assert compare(cases) >= 25
 
 
 # One construct each; every one rendered with each variable set below.
