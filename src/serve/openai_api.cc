@@ -1,5 +1,6 @@
 #include "serve/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -113,7 +114,11 @@ std::variant<std::string, ApiError> chat_prompt(const Json& messages) {
   return text + "<start_of_turn>model\n";
 }
 
-std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& messages, const ChatFormat& format) {
+std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& messages, const ChatFormat& format,
+                                                const nlohmann::ordered_json& tools) {
+  if (!tools.is_null() && (!tools.is_array() || !std::all_of(tools.begin(), tools.end(), [](const auto& t) { return t.is_object(); }))) {
+    return bad("tools", "'tools' must be an array of objects");
+  }
   if (!messages.is_array() || messages.empty()) return bad("messages", "'messages' must be a non-empty array");
   for (size_t i = 0; i < messages.size(); ++i) {
     const nlohmann::ordered_json& m = messages[i];
@@ -122,10 +127,11 @@ std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& me
       return bad(where + ".role", "'" + where + "' must be an object with a string 'role'");
     }
   }
-  const nlohmann::ordered_json variables = {{"messages", messages},
-                                            {"bos_token", format.bos_token},
-                                            {"eos_token", format.eos_token},
-                                            {"add_generation_prompt", true}};
+  nlohmann::ordered_json variables = {{"messages", messages},
+                                      {"bos_token", format.bos_token},
+                                      {"eos_token", format.eos_token},
+                                      {"add_generation_prompt", true}};
+  if (!tools.is_null()) variables["tools"] = tools;
   StatusOr<std::string> text = format.chat_template->render(variables);
   if (!text.ok()) return bad("messages", "the model's chat template refused the messages: " + text.status().message());
   return std::move(text).value();
@@ -153,7 +159,7 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
     if (limits.chat.chat_template) {
       // Read again keeping the client's key order, which a template may print.
       const auto ordered = nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-      text = chat_prompt(ordered["messages"], limits.chat);
+      text = chat_prompt(ordered["messages"], limits.chat, ordered.value("tools", nlohmann::ordered_json()));
     } else {
       text = chat_prompt(*it);
     }

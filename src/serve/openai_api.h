@@ -62,9 +62,11 @@ std::variant<CompletionRequest, ApiError> parse_completion(std::string_view body
 // the first user turn), ending with the model's turn opened.
 std::variant<std::string, ApiError> chat_prompt(const Json& messages);
 // The prompt of chat messages (as the client wrote them, keys in their order) by a
-// chat template, with add_generation_prompt set: a message must be an object with a
-// string role; the template decides the rest and its refusals come back as 400s.
-std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& messages, const ChatFormat& format);
+// chat template, with add_generation_prompt set and the request's `tools` (an array,
+// or null for none) passed on: a message must be an object with a string role; the
+// template decides the rest and its refusals come back as 400s.
+std::variant<std::string, ApiError> chat_prompt(const nlohmann::ordered_json& messages, const ChatFormat& format,
+                                                const nlohmann::ordered_json& tools = nullptr);
 
 // The "error" object of an ApiError.
 Json error_json(const ApiError& e);

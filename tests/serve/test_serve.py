@@ -344,7 +344,7 @@ def test_metrics_and_no_device_leaks_under_load(server):
     assert server.metric("npurt_time_to_first_token_seconds_count") > 0
 
 
-def jinja2_prompt(template, messages):
+def jinja2_prompt(template, messages, tools=None):
     """The prompt text Python's jinja2 renders, set up as Hugging Face renders chat templates."""
     def raise_exception(message):
         raise jinja2.TemplateError(message)
@@ -352,25 +352,30 @@ def jinja2_prompt(template, messages):
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
     return env.from_string(template).render(messages=messages, bos_token="<bos>", eos_token="<eos>",
-                                            add_generation_prompt=True)
+                                            add_generation_prompt=True, **({"tools": tools} if tools else {}))
 
 
 def test_a_chat_template_writes_the_prompt_jinja2_writes(server):
     """--chat-template FILE: a chat's greedy answer and prompt tokens are a completion's whose
-    prompt is jinja2's rendering of the same template and messages. Gemma 3's own template
-    gives the built-in turn format's prompt; ChatML gives another; a template's
-    raise_exception is a 400 with its message, and the server goes on serving."""
+    prompt is jinja2's rendering of the same template, messages and tools. Gemma 3's own
+    template gives the built-in turn format's prompt; Qwen 2.5's (ChatML, with the
+    request's tools) another; a template's raise_exception is a 400 with its message, and
+    the server goes on serving."""
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+    tools = [{"type": "function", "function": {"name": "pick", "description": "Pick a colour",
+                                               "parameters": {"type": "object", "properties": {}}}}]
     builtin = server.client.chat.completions.create(model=server.model_id, messages=messages, max_tokens=8,
                                                     temperature=0)
-    for name in ("gemma-3-it.jinja", "smollm2-instruct.jinja"):
+    for name in ("gemma-3-it.jinja", "qwen2.5-instruct.jinja"):
         path = HERE / "chat_templates" / name
+        with_tools = tools if name.startswith("qwen") else None
         s = Server("--parallel", "2", "--chat-template", str(path))
         try:
             chat = s.client.chat.completions.create(model=s.model_id, messages=messages, max_tokens=8,
-                                                    temperature=0)
-            plain = s.client.completions.create(model=s.model_id, prompt=jinja2_prompt(path.read_text(), messages),
-                                                max_tokens=8, temperature=0)
+                                                    temperature=0, **({"tools": with_tools} if with_tools else {}))
+            prompt = jinja2_prompt(path.read_text(), messages, with_tools)
+            assert ("pick" in prompt) == bool(with_tools)
+            plain = s.client.completions.create(model=s.model_id, prompt=prompt, max_tokens=8, temperature=0)
             assert chat.choices[0].message.content == plain.choices[0].text
             assert chat.usage.prompt_tokens == plain.usage.prompt_tokens
             same_as_builtin = chat.usage.prompt_tokens == builtin.usage.prompt_tokens
@@ -383,6 +388,9 @@ def test_a_chat_template_writes_the_prompt_jinja2_writes(server):
                 assert status == 400 and err["param"] == "messages", text
                 assert "Conversation roles must alternate" in err["message"]
                 assert s.client.chat.completions.create(model=s.model_id, messages=messages, max_tokens=1)
+            else:
+                status, _, text = s.post("/v1/chat/completions", {"messages": messages, "tools": "pick"})
+                assert status == 400 and json.loads(text)["error"]["param"] == "tools", text
         finally:
             assert s.stop() == 0
 
