@@ -8,7 +8,7 @@ namespace {
 std::atomic<uint32_t> g_on{0};  // bit i: Hazard i
 
 // Every hazard is one bit of g_on.
-static_assert(static_cast<uint32_t>(Hazard::kReusesAbandonedMpiMemory) < 32, "more hazards than bits");
+static_assert(static_cast<uint32_t>(Hazard::kWaitersIgnoreStreamOrder) < 32, "more hazards than bits");
 
 uint32_t bit(Hazard h) { return 1u << static_cast<uint32_t>(h); }
 

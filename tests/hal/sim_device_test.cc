@@ -2,11 +2,13 @@
 // faults and counters.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
 #include <vector>
 
+#include "npurt/base/hazards.h"
 #include "sim_test_util.h"
 
 namespace npurt {
@@ -322,6 +324,67 @@ TEST(SimDevice, SanitizerReportsReadsOfNeverWrittenMemory) {
   ASSERT_EQ(again, dy);
   NPURT_ASSERT_OK(dev->launch(s2, {code, 1, add_args(dx, again, dout)}));
   EXPECT_EQ(dev->stream_synchronize(s2).code(), StatusCode::kHazard);
+}
+
+// A thread blocked in stream_synchronize runs the stream's queued host work itself
+// when the stream's thread is idle: no hand-off there and back. Whether the waiter or
+// the stream's thread takes a command is a race, which an idle, sleeping stream
+// thread loses to a waiter already running; so this looks for it over many tries.
+TEST(SimDevice, SynchronizeRunsQueuedHostWorkOnTheWaitingThread) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  int on_waiter = 0, ran = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the stream's thread goes to sleep
+    std::thread::id where;
+    NPURT_ASSERT_OK(dev->enqueue_host_function(s, [&](const Status&) {
+      where = std::this_thread::get_id();
+      ++ran;
+      return ok_status();
+    }));
+    NPURT_ASSERT_OK(dev->stream_synchronize(s));
+    if (where == std::this_thread::get_id()) ++on_waiter;
+  }
+  EXPECT_EQ(ran, 40) << "every host function runs once";
+  EXPECT_GE(on_waiter, 1) << "no host function ran on the waiting thread";
+}
+
+// Returns whether the second of two host functions ran only after the first ended,
+// when a waiter's thread calls stream_synchronize while the first (on the stream's
+// thread) is still running.
+bool second_waits_for_first(hal::Device& dev, hal::StreamId s) {
+  std::atomic<bool> first_started{false}, first_done{false}, second_ran{false}, second_saw_first_done{false};
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  EXPECT_TRUE(dev.enqueue_host_function(s, [&, released](const Status&) {
+                   first_started = true;
+                   released.wait();
+                   first_done = true;
+                   return ok_status();
+                 }).ok());
+  while (!first_started) std::this_thread::yield();  // the stream's thread runs it
+  EXPECT_TRUE(dev.enqueue_host_function(s, [&](const Status&) {
+                   second_saw_first_done = first_done.load();
+                   second_ran = true;
+                   return ok_status();
+                 }).ok());
+  std::thread waiter([&] { EXPECT_TRUE(dev.stream_synchronize(s).ok()); });
+  // Give the waiter time to take the second function if it may (it must not).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (!second_ran && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  release.set_value();
+  waiter.join();
+  EXPECT_TRUE(second_ran);
+  return second_saw_first_done;
+}
+
+TEST(SimDevice, WaitersRunQueuedWorkInStreamOrder) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  EXPECT_TRUE(second_waits_for_first(*dev, s));
+  // The check fails when the waiter ignores what is still executing.
+  ScopedHazard naive(Hazard::kWaitersIgnoreStreamOrder);
+  EXPECT_FALSE(second_waits_for_first(*dev, s));
 }
 
 }  // namespace

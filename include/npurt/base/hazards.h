@@ -40,6 +40,9 @@ enum class Hazard : uint32_t {
   kCollectivesSkipOrdering,
   // comm: device memory MPI may still write after a timeout is freed and reused.
   kReusesAbandonedMpiMemory,
+  // hal: a thread waiting in stream_synchronize runs the stream's next queued host
+  // function or copy even while an earlier command of the stream still executes.
+  kWaitersIgnoreStreamOrder,
 };
 
 // Whether `h` is on (a relaxed atomic read).

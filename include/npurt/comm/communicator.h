@@ -9,8 +9,9 @@
 //
 // A rank drives one device (its Runtime). A collective is enqueued on one of that
 // device's streams after the work already there and completes asynchronously: the
-// calling thread never waits for peers (the in-process backend meets them on the
-// streams' own threads, the MPI backend runs MPI there). Every rank must issue the
+// calling thread never waits for peers (the in-process backend meets them in host
+// functions on the streams, the MPI backend runs MPI there; a host function runs on
+// the stream's thread or on a thread blocked in its stream_synchronize). Every rank must issue the
 // same collectives in the same order with the same sizes. In-process, a rank's
 // collectives must also run in that order on its device: issue them on one stream,
 // or order their streams (their exchange rounds share the landing zones); the MPI
@@ -90,8 +91,8 @@ struct CommOptions {
   // How long a collective waits for its peers before failing.
   std::chrono::milliseconds timeout{60'000};
   // In-process backend: where every device's memory is host-addressable
-  // (DeviceInfo::host_addressable_memory), all_reduce adds the ranks' pieces on the
-  // stream's own thread as it meets its peers, in rank order with the kernels'
+  // (DeviceInfo::host_addressable_memory), all_reduce adds the ranks' pieces in
+  // the stream's host function as it meets its peers, in rank order with the kernels'
   // roundings (the same bytes); false (or on other devices): a sum kernel per peer.
   bool host_sums = true;
   // MPI backend: where the device's memory is host-addressable

@@ -1,5 +1,4 @@
-// The MPI backend: one device per MPI rank, collectives run by MPI on the streams'
-// own threads.
+// The MPI backend: one device per MPI rank, collectives run by MPI in stream order.
 //
 //   int main(int argc, char** argv) {
 //     auto mpi = comm::mpi_init(argc, argv);                  // MPI_Finalize at scope exit
@@ -36,9 +35,11 @@
 // at once, naming the first failure; agree() runs on a communicator of its own and
 // still works, which is how ranks learn of each other's failures and exit together.
 //
-// Cost: on top of MPI's own collective, two hand-offs between the calling thread and
-// the stream's, and on the staged path a device-to-host and a host-to-device copy
-// (bench/comm_bench.cc measures both paths). mpi_init() makes Open MPI's
+// Cost: on top of MPI's own collective, the enqueue (the memory context's ordering)
+// and, unless a thread waiting in stream_synchronize runs the host function itself
+// (the simulator's does when the stream is idle), two hand-offs between the calling
+// thread and the stream's; on the staged path a device-to-host and a host-to-device
+// copy (bench/comm_bench.cc measures both paths). mpi_init() makes Open MPI's
 // MPI_Iallreduce use its ring algorithm unless told otherwise
 // (OMPI_MCA_coll_libnbc_iallreduce_algorithm): its default moved megabytes at half the
 // speed of the blocking MPI_Allreduce on 2 ranks.

@@ -130,9 +130,12 @@ class Device {
   virtual Status wait_peer_event(StreamId stream, Device& peer, EventId event) = 0;
 
   // ---- host work in stream order ----
-  // Enqueue: runs `fn(ok)` on the stream's own thread when the stream reaches it, and
-  // completes when `fn` returns; an error it returns fails the stream like a kernel
-  // fault. The calling thread does not wait (collectives run MPI this way). `fn` may
+  // Enqueue: runs `fn(ok)` when the stream reaches it, and completes when `fn`
+  // returns; an error it returns fails the stream like a kernel fault. The calling
+  // thread does not wait (collectives run MPI this way). `fn` runs on the stream's own
+  // thread, or on a thread blocked in stream_synchronize of its stream, which may run
+  // queued host functions and copies itself (in stream order, one command at a time)
+  // rather than hand them to the stream's thread and wait to be woken. `fn` may
   // block (say, until peers' streams arrive) but must not wait for later commands of
   // its own stream. When an earlier command of the stream failed, `fn` is still
   // called, with that error, so it can tell whoever waits on it (a collective's

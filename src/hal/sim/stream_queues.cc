@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hal/sim/host_pool.h"
+#include "npurt/base/hazards.h"
 #include "npurt/base/trace.h"
 
 namespace npurt::sim {
@@ -56,7 +57,9 @@ struct SimStream {
   Status error;                        // guarded by mu
   bool stopping = false;               // guarded by mu
   std::atomic<bool> stop_requested{false};  // lets the idle spin notice a destroy
-  bool fresh = true;                   // only the stream thread touches it
+  std::atomic<uint64_t> claimed{0};    // commands taken off the queue (under mu) to execute
+  bool executing = false;              // guarded by mu: a taken command has not completed yet
+  bool fresh = true;                   // only the stream thread touches it (launches run there)
   // abort_stream: set once, never cleared (the stream is in error from then on).
   std::atomic<bool> abort_requested{false};
   std::string abort_reason;                            // guarded by mu
@@ -212,9 +215,26 @@ Status StreamQueues::destroy_stream(StreamId id) {
   return ok_status();
 }
 
+// The waiting thread runs the stream's queued host-side commands itself while the
+// stream's thread is not running one: a host function (a collective's MPI, say) then
+// costs no hand-off to the stream's thread and back, and no second thread spins on a
+// core the work needs. Stream order holds: one command executes at a time, in queue
+// order. Launches stay on the stream's thread.
 Status StreamQueues::stream_synchronize(StreamId id) {
   NPURT_ASSIGN_OR_RETURN(auto s, find_stream(id));
-  wait_for_current(s->completed, s->enqueued, s->mu, s->done_cv);
+  const uint64_t target = read_under(s->mu, s->enqueued);
+  if (s->completed.load(std::memory_order_acquire) < target) counters_.bump([](Counters& c) { ++c.host_blocked_waits; });
+  for (;;) {
+    const uint64_t completed = s->completed.load(std::memory_order_acquire);
+    if (completed >= target) break;
+    Command c;
+    Status prior;
+    if (claim_for_waiter(*s, target, c, prior)) {
+      run_claimed(*s, c, prior);
+      continue;
+    }
+    wait_until_reached(s->completed, completed + 1, s->mu, s->done_cv);
+  }
   std::lock_guard<std::mutex> lock(s->mu);
   return s->error;
 }
@@ -435,36 +455,63 @@ void StreamQueues::stop_stream(SimStream& s) {
   s.thread.join();
 }
 
+// Takes the queue's head to execute; call with s.mu held and no command executing.
+void StreamQueues::claim_head(SimStream& s, Command& c, Status& prior) {
+  c = std::move(s.queue.front());
+  s.queue.pop_front();
+  s.executing = true;
+  s.claimed.fetch_add(1, std::memory_order_release);
+  if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
+  prior = s.error;
+}
+
+bool StreamQueues::claim_for_waiter(SimStream& s, uint64_t target, Command& c, Status& prior) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.queue.empty() || s.claimed.load() >= target) return false;
+  if (s.executing && !hazard_on(Hazard::kWaitersIgnoreStreamOrder)) return false;
+  const Command::Kind kind = s.queue.front().kind;
+  if (kind == Command::Kind::kLaunch || kind == Command::Kind::kWait) return false;
+  claim_head(s, c, prior);
+  return true;
+}
+
+void StreamQueues::run_claimed(SimStream& s, Command& c, const Status& prior) {
+  const bool tracing = trace::enabled();
+  const double t0 = tracing ? trace::now_us() : 0;
+  Status st = prior.ok() ? execute(s, c) : prior;
+  if (!prior.ok() && c.kind == Command::Kind::kHost) c.host_fn(prior).ignore();  // told, never run as work
+  if (tracing) trace_command(s.id, c, t0, st);
+  if (c.kind == Command::Kind::kRecord) signal(*c.event, c.event_seq, st);
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!st.ok() && s.error.ok()) s.error = st;
+    if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
+    s.executing = false;
+    more = !s.queue.empty() || s.stopping;
+    s.completed.fetch_add(1, std::memory_order_release);
+  }
+  s.done_cv.notify_all();
+  if (more) s.work_cv.notify_one();  // the stream's thread may be waiting for this one to end
+}
+
 void StreamQueues::stream_loop(SimStream& s) {
-  uint64_t taken = 0;
   for (;;) {
-    spin_until([&] { return s.posted.load(std::memory_order_acquire) != taken || s.stop_requested.load(); },
-               kHostSpins);
+    spin_until(
+        [&] {
+          return s.posted.load(std::memory_order_acquire) != s.claimed.load(std::memory_order_acquire) ||
+                 s.stop_requested.load();
+        },
+        kHostSpins);
     Command c;
     Status prior;
     {
       std::unique_lock<std::mutex> lock(s.mu);
-      s.work_cv.wait(lock, [&] { return !s.queue.empty() || s.stopping; });
+      s.work_cv.wait(lock, [&] { return !s.executing && (!s.queue.empty() || s.stopping); });
       if (s.queue.empty()) return;  // stopping and drained
-      c = std::move(s.queue.front());
-      s.queue.pop_front();
-      if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
-      prior = s.error;
+      claim_head(s, c, prior);
     }
-    ++taken;
-    const bool tracing = trace::enabled();
-    const double t0 = tracing ? trace::now_us() : 0;
-    Status st = prior.ok() ? execute(s, c) : prior;
-    if (!prior.ok() && c.kind == Command::Kind::kHost) c.host_fn(prior).ignore();  // told, never run as work
-    if (tracing) trace_command(s.id, c, t0, st);
-    if (c.kind == Command::Kind::kRecord) signal(*c.event, c.event_seq, st);
-    {
-      std::lock_guard<std::mutex> lock(s.mu);
-      if (!st.ok() && s.error.ok()) s.error = st;
-      if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
-      s.completed.fetch_add(1, std::memory_order_release);
-    }
-    s.done_cv.notify_all();
+    run_claimed(s, c, prior);
   }
 }
 

@@ -79,6 +79,12 @@ class StreamQueues {
   void request_abort(SimStream& s, const std::string& why);
   void stop_stream(SimStream& s);
   void stream_loop(SimStream& s);
+  // Taking and running queued commands, by the stream's thread or a waiting one.
+  static void claim_head(SimStream& s, Command& c, Status& prior);
+  // For stream_synchronize: the head command when the waiter may run it (nothing is
+  // executing, it is among the first `target` commands, not a launch or an event wait).
+  static bool claim_for_waiter(SimStream& s, uint64_t target, Command& c, Status& prior);
+  void run_claimed(SimStream& s, Command& c, const Status& prior);
   Status execute(SimStream& s, Command& c);
   Status run_launch(SimStream& s, Command& c);
 
