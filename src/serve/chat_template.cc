@@ -476,8 +476,7 @@ class Renderer {
   // A macro or a global function by name (defined, though not a value here).
   bool names_a_callable(const Expr& e) const {
     if (e.kind != Expr::Kind::kName || !lookup(e.name).is(Value::Kind::kUndefined)) return false;
-    return macros_.count(e.name) != 0 || e.name == "raise_exception" || e.name == "namespace" || e.name == "range" ||
-           e.name == "strftime_now";
+    return macros_.count(e.name) != 0 || tmpl::is_global_function(e.name);
   }
 
   StatusOr<Value> call(const Expr& e) {

@@ -611,6 +611,10 @@ StatusOr<Value> call_method(const Value& target, const std::string& name, const 
   return invalid_argument(std::string("a ") + target.type_name() + " has no method '" + name + "'");
 }
 
+bool is_global_function(const std::string& name) {
+  return name == "raise_exception" || name == "namespace" || name == "range" || name == "strftime_now";
+}
+
 StatusOr<Value> call_global(const std::string& name, const Args& a) {
   if (name == "raise_exception") {
     const Value* message = a.get("message", 0);

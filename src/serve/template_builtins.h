@@ -30,5 +30,7 @@ StatusOr<bool> apply_test(const std::string& name, const Value& v, const Args& a
 StatusOr<Value> call_method(const Value& target, const std::string& name, const Args& args);
 // raise_exception, namespace, range, strftime_now.
 StatusOr<Value> call_global(const std::string& name, const Args& args);
+// Whether call_global knows `name` (raise_exception, namespace, range, strftime_now).
+bool is_global_function(const std::string& name);
 
 }  // namespace npurt::serve::tmpl
