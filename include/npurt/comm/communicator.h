@@ -9,10 +9,10 @@
 //
 // A rank drives one device (its Runtime). A collective is enqueued on one of that
 // device's streams after the work already there and completes asynchronously: the
-// calling thread never waits for peers (the in-process backend meets them in host
-// functions on the streams, the MPI backend runs MPI there; a host function runs on
-// the stream's thread or on a thread blocked in its stream_synchronize). Every rank must issue the
-// same collectives in the same order with the same sizes. In-process, a rank's
+// calling thread never waits for peers (the in-process backend meets them, and the
+// MPI backend runs MPI, in host functions on the streams: on a stream's thread or on
+// a thread blocked in its stream_synchronize). Every rank must issue the same
+// collectives in the same order with the same sizes. In-process, a rank's
 // collectives must also run in that order on its device: issue them on one stream,
 // or order their streams (their exchange rounds share the landing zones); the MPI
 // backend starts them in issue order whatever their streams.
