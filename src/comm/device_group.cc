@@ -1,11 +1,14 @@
 // The in-process backend: ranks exchange bytes by peer copies into each other's
-// landing zones and meet on their streams' threads.
+// landing zones and meet in host functions on their streams.
 //
 // One exchange round of rank r (round k, parity p = k % 2):
 //   1. push: copy this rank's piece into slot (p, r) of every rank's landing zone
 //      (its own by an on-device copy);
-//   2. arrive: a host function on the stream waits until every rank arrived at k,
-//      so every piece of round k is in every zone;
+//   2. arrive, then wait: one host function on the stream marks r arrived at k (it
+//      never blocks), the next waits until every rank arrived at k, so every piece of
+//      round k is in every zone. A thread waiting there runs a missing peer's queued
+//      push and arrival itself where the peer's stream lets it (help_rank), instead
+//      of waiting for that stream's thread to wake;
 //   3. consume: on-device work reads the zone (the sum kernels, or copies out).
 // Zones are double-buffered by parity: rank r's push of round k lands in a half that
 // its owner last read in round k - 2, which the owner finished before arriving at
@@ -15,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <mutex>
 
 #include "comm/meeting.h"
@@ -45,11 +49,21 @@ struct RankState {
 };
 
 struct GroupState {
-  GroupState(int n, CommOptions o) : options(o), meeting(n, o.timeout) {}
+  GroupState(int n, CommOptions o) : options(o), meeting(n, o.timeout), round_streams(n) {}
   const CommOptions options;
   bool host_sums = false;  // options.host_sums, and every device's memory is host-addressable
   std::vector<RankState> ranks;
   Meeting meeting;
+  // Each rank's enqueued rounds it has not arrived at yet, oldest first, so a rank
+  // waiting at the meeting can run a peer's part (help_rank).
+  struct PendingRound {
+    uint64_t round;
+    hal::StreamId stream;
+    uint64_t first;  // the stream position of the round's first command
+    uint64_t bytes;  // of each piece
+  };
+  std::mutex round_streams_mu;
+  std::vector<std::deque<PendingRound>> round_streams;  // guarded by round_streams_mu
 };
 
 }  // namespace group_detail
@@ -59,6 +73,53 @@ namespace {
 using group_detail::Adder;
 using group_detail::GroupState;
 using group_detail::RankState;
+
+// Rounds whose pieces are larger are not helped: their pushes take longer than a
+// stream thread's wake-up, and one thread running every rank's copies in turn would
+// serialize what the ranks' threads copy side by side.
+constexpr uint64_t kHelpedRoundBytes = 64 << 10;
+
+// Notes that `rank`'s `round` (pieces of `bytes`) is about to be enqueued on `stream`,
+// forgetting the rounds it has arrived at. Without the stream's position (a driver
+// that does not count) the round is not noted, and no peer helps it.
+void note_round_stream(GroupState& g, int rank, uint64_t round, hal::StreamId stream, uint64_t bytes) {
+  const StatusOr<uint64_t> first = g.ranks[rank].runtime->device().stream_position(stream);
+  if (!first.ok()) return;
+  std::lock_guard<std::mutex> lock(g.round_streams_mu);
+  auto& rounds = g.round_streams[rank];
+  while (!rounds.empty() && g.meeting.arrived(rank, rounds.front().round)) rounds.pop_front();
+  rounds.push_back({round, stream, *first, bytes});
+}
+
+// Meeting::Help: runs `rank`'s next queued command of `round` on this thread, when its
+// stream lets a host thread run it and the round is small. Every rank has arrived at
+// the rounds before `round` (the caller's rank has arrived at `round`), so their
+// entries go. Only the round's own commands up to the peer's arrival are taken: none
+// before the round's first (the peer's other work, which may block or be large), none
+// once the peer has arrived (its wait, which may block).
+bool help_rank(GroupState& g, int rank, uint64_t round) {
+  hal::StreamId stream;
+  uint64_t first = 0;
+  {
+    std::lock_guard<std::mutex> lock(g.round_streams_mu);
+    auto& rounds = g.round_streams[rank];
+    while (!rounds.empty() && rounds.front().round < round) rounds.pop_front();
+    if (rounds.empty() || rounds.front().round != round || rounds.front().bytes > kHelpedRoundBytes) return false;
+    stream = rounds.front().stream;
+    first = rounds.front().first;
+  }
+  const StatusOr<bool> ran = g.ranks[rank].runtime->device().run_next_command(
+      stream, [&g, rank, round, first](uint64_t position) {
+        return position >= first && !g.meeting.arrived(rank, round);
+      });
+  return ran.ok() && *ran;
+}
+
+// Waits at the meeting for every rank's arrival at `round`, running missing peers'
+// parts meanwhile.
+Status meet(GroupState& g, int rank, uint64_t round, const std::string& what) {
+  return g.meeting.wait(rank, round, what, [&g](int peer, uint64_t at) { return help_rank(g, peer, at); });
+}
 
 StatusOr<Adder> make_adder(Runtime& rt, DType dtype, uint64_t chunk_bytes) {
   const uint64_t n = chunk_bytes / reduce_element_bytes(dtype);
@@ -208,50 +269,59 @@ class InProcessCommunicator final : public Communicator {
     return ok_status();
   }
 
-  // Step 2: meet the other ranks on the stream's thread.
-  Status arrive(const Round& r) {
-    auto group = g_;
-    const int rank = rank_;
-    const uint64_t round = r.round;
-    return device().enqueue_host_function(r.stream, [group, rank, round, what = r.what](const Status& failed) {
-      if (!failed.ok()) {
-        group->meeting.fail(rank, failed, what);
-        return failed;
-      }
-      return group->meeting.arrive(rank, round, what);
+  // Enqueues `step` (a Status() callable) as a host function of round `r`; when the
+  // stream failed before it, the peers are told instead (they would wait in vain).
+  template <typename Step>
+  Status enqueue_round_step(const Round& r, Step step) {
+    return device().enqueue_host_function(
+        r.stream, [group = g_, rank = rank_, what = r.what, step = std::move(step)](const Status& failed) -> Status {
+          if (!failed.ok()) {
+            group->meeting.fail(rank, failed, what);
+            return failed;
+          }
+          return step();
+        });
+  }
+
+  // Step 2, first half: this rank has pushed its piece of the round. It never
+  // blocks, so a peer waiting at the meeting may run it (help_rank).
+  Status enqueue_arrival(const Round& r) {
+    return enqueue_round_step(r, [group = g_, rank = rank_, round = r.round] {
+      return group->meeting.arrive(rank, round);
     });
   }
 
-  // Steps 2 and 3 of all_reduce at once, on the stream's thread: meet the peers,
+  // Step 2: meet the other ranks, in stream order.
+  Status arrive(const Round& r) {
+    NPURT_RETURN_IF_ERROR(enqueue_arrival(r));
+    return enqueue_round_step(
+        r, [group = g_, rank = rank_, round = r.round, what = r.what] { return meet(*group, rank, round, what); });
+  }
+
+  // Steps 2 and 3 of all_reduce at once, in stream order: meet the peers,
   // then add the ranks' pieces in rank order into `piece`, each addition rounded as
   // the sum kernel rounds it (f32; bf16 from f32 sums, nearest even), so the bytes are
   // the kernels' and every rank gets the same. Memory-speed adds instead of a launch
   // per peer. This rank's own piece is read where it is (push skipped its slot), and
   // that free slot holds the partial sums, so `piece` is written only by the last add.
   Status arrive_and_sum(const Round& r, hal::DeviceAddr piece, DType dtype) {
-    auto group = g_;
-    const int rank = rank_;
-    const uint64_t round = r.round, length = r.length, stride = g_->options.chunk_bytes;
+    NPURT_RETURN_IF_ERROR(enqueue_arrival(r));
+    const uint64_t length = r.length, stride = g_->options.chunk_bytes;
     const hal::DeviceAddr slots = slot(rank_, 0, r.round);
-    std::shared_ptr<hal::Device> device = self().runtime->shared_device();
-    return device->enqueue_host_function(
-        r.stream, [group, rank, round, what = r.what, device, piece, slots, length, stride, dtype](
-                      const Status& failed) -> Status {
-          if (!failed.ok()) {
-            group->meeting.fail(rank, failed, what);
-            return failed;
-          }
-          NPURT_RETURN_IF_ERROR(group->meeting.arrive(rank, round, what));
-          const int n = static_cast<int>(group->ranks.size());
-          NPURT_ASSIGN_OR_RETURN(uint8_t* zone, device->host_address(slots, stride * (n - 1) + length, true));
-          NPURT_ASSIGN_OR_RETURN(uint8_t* out, device->host_address(piece, length, /*writes=*/true));
-          auto from = [&](int j) { return j == rank ? out : zone + j * stride; };
-          uint8_t* partial = zone + rank * stride;
-          for (int j = 1; j < n; ++j) {
-            add_into(dtype, j == n - 1 ? out : partial, j == 1 ? from(0) : partial, from(j), length);
-          }
-          return ok_status();
-        });
+    return enqueue_round_step(r, [group = g_, rank = rank_, round = r.round, what = r.what,
+                                  device = self().runtime->shared_device(), piece, slots, length, stride,
+                                  dtype]() -> Status {
+      NPURT_RETURN_IF_ERROR(meet(*group, rank, round, what));
+      const int n = static_cast<int>(group->ranks.size());
+      NPURT_ASSIGN_OR_RETURN(uint8_t* zone, device->host_address(slots, stride * (n - 1) + length, true));
+      NPURT_ASSIGN_OR_RETURN(uint8_t* out, device->host_address(piece, length, /*writes=*/true));
+      auto from = [&](int j) { return j == rank ? out : zone + j * stride; };
+      uint8_t* partial = zone + rank * stride;
+      for (int j = 1; j < n; ++j) {
+        add_into(dtype, j == n - 1 ? out : partial, j == 1 ? from(0) : partial, from(j), length);
+      }
+      return ok_status();
+    });
   }
 
   // out = a + b over `bytes` of `dtype` (out may be a).
@@ -290,6 +360,7 @@ class InProcessCommunicator final : public Communicator {
           for (; enqueued < rounds; ++enqueued) {
             const uint64_t offset = enqueued * chunk;
             const Round r{on, round_ + enqueued, offset, std::min(chunk, bytes - std::min(bytes, offset)), views, what};
+            note_round_stream(*g_, rank_, r.round, on, r.length);
             NPURT_RETURN_IF_ERROR(each_round(r));
           }
           return ok_status();

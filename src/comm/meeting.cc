@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 namespace npurt::comm {
 namespace {
@@ -22,25 +23,58 @@ std::string Meeting::missing(uint64_t rounds) const {
   return out;
 }
 
-Status Meeting::arrive(int rank, uint64_t round, const std::string& what) {
+bool Meeting::arrived(int rank, uint64_t round) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return arrived_[rank] > round;
+}
+
+bool Meeting::help_missing(std::unique_lock<std::mutex>& lock, uint64_t round, const Help& help) {
+  std::vector<int> missing;
+  for (size_t r = 0; r < arrived_.size(); ++r) {
+    if (arrived_[r] <= round) missing.push_back(static_cast<int>(r));
+  }
+  lock.unlock();
+  bool ran = false;
+  for (int r : missing) ran |= help(r, round);
+  lock.lock();
+  return ran;
+}
+
+Status Meeting::arrive(int rank, uint64_t round) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return failed_;
+    arrived_[rank] = std::max(arrived_[rank], round + 1);
+    if (!all_at(round + 1)) return ok_status();
+  }
+  cv_.notify_all();
+  return ok_status();
+}
+
+Status Meeting::wait(int rank, uint64_t round, const std::string& what, const Help& help) {
+  using Clock = std::chrono::steady_clock;
   std::unique_lock<std::mutex> lock(mu_);
   if (!failed_.ok()) return failed_;
-  arrived_[rank] = std::max(arrived_[rank], round + 1);
-  if (all_at(round + 1)) {
-    lock.unlock();
-    cv_.notify_all();
-    return ok_status();
-  }
+  if (all_at(round + 1)) return ok_status();
+  // One deadline for the whole wait: time spent running peers' parts counts.
+  const Clock::time_point deadline = Clock::now() + timeout_;
+  auto look_until = [&] { return std::min(Clock::now() + kSpinFor, deadline); };
   // Peers of a collective usually arrive within microseconds, and a sleeping thread
-  // takes longer than that to wake: look again, yielding the core, for a short while
-  // before sleeping.
-  const auto spin_until = std::chrono::steady_clock::now() + kSpinFor;
-  while (failed_.ok() && !all_at(round + 1) && std::chrono::steady_clock::now() < spin_until) {
+  // takes longer than that to wake: run their parts of the round here, up to their
+  // arrivals, where their streams let us (`help` takes neither a peer's earlier work
+  // nor its wait, either of which may block), and look again, yielding the core, for
+  // a short while before sleeping.
+  auto spin_until = look_until();
+  while (failed_.ok() && !all_at(round + 1) && Clock::now() < spin_until) {
+    if (help && help_missing(lock, round, help)) {
+      spin_until = look_until();
+      continue;
+    }
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
   }
-  const bool met = cv_.wait_for(lock, timeout_, [&] { return !failed_.ok() || all_at(round + 1); });
+  const bool met = cv_.wait_until(lock, deadline, [&] { return !failed_.ok() || all_at(round + 1); });
   if (!failed_.ok()) return failed_;
   if (met) return ok_status();
   failed_ = deadline_exceeded(what + " on rank " + std::to_string(rank) + " of " + std::to_string(arrived_.size()) +

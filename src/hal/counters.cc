@@ -7,7 +7,7 @@ namespace npurt::hal {
 // The field list once, for subtraction and printing alike.
 #define NPURT_COUNTER_FIELDS(X)                                                            \
   X(h2d_bytes) X(h2d_transfers) X(d2h_bytes) X(d2h_transfers) X(d2d_bytes) X(d2d_transfers) \
-  X(peer_bytes) X(peer_transfers) X(host_functions) X(host_blocked_waits) \
+  X(peer_bytes) X(peer_transfers) X(host_functions) X(host_blocked_waits) X(lent_thread_commands) \
   X(launches) X(blocks) X(streams_created) X(streams_destroyed) X(events_created)              \
   X(events_destroyed) X(allocations) X(frees) X(allocated_bytes) X(freed_bytes) X(code_uploads)             \
   X(code_upload_bytes) X(icache_hits) X(icache_misses) X(icache_invalidations)              \

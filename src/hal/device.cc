@@ -34,6 +34,11 @@ StatusOr<uint8_t*> Device::host_address(DeviceAddr, uint64_t, bool) {
   return unimplemented("host_address: the memory of device '" + info().name + "' is not host-addressable");
 }
 
+StatusOr<uint64_t> Device::stream_position(StreamId) {
+  return unimplemented("stream_position: device '" + info().name + "' does not count its streams' commands");
+}
+StatusOr<bool> Device::run_next_command(StreamId, const std::function<bool(uint64_t)>&) { return false; }
+
 Status Device::set_fault_plan(FaultPlan) { return no_faults(*this); }
 StatusOr<FaultStats> Device::fault_stats() const { return no_faults(*this); }
 StatusOr<std::vector<InjectedFault>> Device::take_fault_log() { return no_faults(*this); }

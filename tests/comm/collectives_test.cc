@@ -221,6 +221,58 @@ TEST_P(Collectives, BarrierWaitsForEveryRanksStream) {
   sync_all(*g, ranks);
 }
 
+// Many rounds queued on every rank (small chunks, three all-reduces on one stream),
+// rank by rank from the last, after a pause that lets the streams' threads sleep: the
+// threads that meet first run the later-enqueued ranks' pushes and arrivals as they
+// come (hundreds of commands over this test), in each stream's order, and the sums
+// come out right with no meeting timing out.
+TEST_P(Collectives, RoundsQueuedAheadMeetInOrder) {
+  const int n = ranks();
+  auto g = make_group(
+      n, {.chunk_bytes = 4096, .timeout = std::chrono::seconds(5), .host_sums = std::get<1>(GetParam())});
+  ASSERT_TRUE(g);
+  constexpr uint64_t kCount = 4096;  // 16 KiB of f32: four rounds each
+  constexpr int kReduces = 3;
+  uint64_t lent = 0;  // commands a waiting rank ran for a peer
+  std::vector<uint64_t> lent_before(n);
+  for (int rep = 0; rep < 10; ++rep) {
+    SCOPED_TRACE("repetition " + std::to_string(rep));
+    std::vector<std::vector<RankData>> data;
+    std::vector<std::vector<double>> sums(kReduces, std::vector<double>(kCount, 0));
+    for (int k = 0; k < kReduces; ++k) {
+      data.push_back(rank_buffers(*g, kCount * 4));
+      for (int r = 0; r < n; ++r) {
+        const std::vector<float> in = random_floats(kCount, 500 * rep + 10 * k + r);
+        for (uint64_t i = 0; i < kCount; ++i) sums[k][i] += in[i];
+        write_bytes(g->runtime(r), data[k][r].buffer.view(), in.data());
+        ASSERT_TRUE(g->runtime(r).memory().to_device(data[k][r].buffer.view()).ok());
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int r = 0; r < n; ++r) lent_before[r] = g->runtime(r).device().counters().lent_thread_commands;
+    for (int r = n - 1; r >= 0; --r) {
+      for (int k = 0; k < kReduces; ++k) {
+        ASSERT_TRUE(
+            g->communicator(r)->all_reduce(data[0][r].stream.id(), data[k][r].buffer.view(), DType::kF32).ok());
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      const Status s = g->runtime(r).device().stream_synchronize(data[0][r].stream.id());
+      ASSERT_TRUE(s.ok()) << "rank " << r << ": " << s.to_string();
+    }
+    for (int r = 0; r < n; ++r) lent += g->runtime(r).device().counters().lent_thread_commands - lent_before[r];
+    for (int k = 0; k < kReduces; ++k) {
+      const std::vector<uint8_t> first = read_bytes(g->runtime(0), data[k][0].buffer.view());
+      EXPECT_LE(rel_l2(from_bytes(DType::kF32, first), std::vector<float>(sums[k].begin(), sums[k].end())), 1e-6);
+      for (int r = 1; r < n; ++r) {
+        EXPECT_EQ(read_bytes(g->runtime(r), data[k][r].buffer.view()), first) << "rank " << r;
+      }
+    }
+  }
+  EXPECT_GT(lent, 0u) << "no rank ever ran a peer's part: the test did not exercise the help";
+}
+
+
 // The sums the stream's thread forms (host_sums, the default on simulated NPUs) are
 // byte for byte the sum kernels' (host_sums off), f32 and bf16, on every rank.
 class CollectiveSums : public ::testing::TestWithParam<int> {};

@@ -387,5 +387,101 @@ TEST(SimDevice, WaitersRunQueuedWorkInStreamOrder) {
   EXPECT_FALSE(second_waits_for_first(*dev, s));
 }
 
+// A thread lent to a stream runs its next command here, once, only when `wanted`
+// holds, and never while another of the stream's commands executes.
+TEST(SimDevice, ALentThreadRunsOnlyWhatTheStreamOrderAllows) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  auto yes = [](uint64_t) { return true; };
+  EXPECT_EQ(dev->stream_position(s).value(), 0u) << "a fresh stream has been given nothing";
+  auto empty = dev->run_next_command(s, yes);
+  ASSERT_TRUE(empty.ok()) << empty.status().to_string();
+  EXPECT_FALSE(*empty) << "an empty stream has nothing to run";
+  EXPECT_FALSE(dev->run_next_command(hal::StreamId(987654), yes).ok()) << "an unknown stream is an error";
+
+  // Held: the stream's thread executes the first host function; the second must wait.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> first_started{false}, second_ran{false};
+  NPURT_ASSERT_OK(dev->enqueue_host_function(s, [&, released](const Status&) {
+    first_started = true;
+    released.wait();
+    return ok_status();
+  }));
+  while (!first_started) std::this_thread::yield();
+  std::thread::id where;
+  NPURT_ASSERT_OK(dev->enqueue_host_function(s, [&](const Status&) {
+    where = std::this_thread::get_id();
+    second_ran = true;
+    return ok_status();
+  }));
+  auto behind = dev->run_next_command(s, yes);
+  ASSERT_TRUE(behind.ok());
+  EXPECT_FALSE(*behind) << "ran a command while an earlier one executed";
+  EXPECT_FALSE(second_ran);
+  release.set_value();
+  NPURT_ASSERT_OK(dev->stream_synchronize(s));
+  EXPECT_TRUE(second_ran);
+  EXPECT_EQ(dev->stream_position(s).value(), 2u) << "two commands given";
+
+  // Queued behind nothing: `wanted` decides, told the command's position, and a
+  // command the lent thread took ran there. The stream's thread, asleep after a
+  // pause, usually wakes later than this thread asks.
+  int on_lent = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    int runs = 0;
+    const uint64_t position = dev->stream_position(s).value();
+    NPURT_ASSERT_OK(dev->enqueue_host_function(s, [&](const Status&) {
+      where = std::this_thread::get_id();
+      ++runs;
+      return ok_status();
+    }));
+    std::vector<uint64_t> asked;
+    auto refused = dev->run_next_command(s, [&](uint64_t at) {
+      asked.push_back(at);
+      return false;
+    });
+    ASSERT_TRUE(refused.ok());
+    EXPECT_FALSE(*refused) << "ran a command nobody wanted";
+    for (uint64_t at : asked) EXPECT_EQ(at, position) << "the next command's position";
+    auto ran = dev->run_next_command(s, yes);
+    ASSERT_TRUE(ran.ok());
+    NPURT_ASSERT_OK(dev->stream_synchronize(s));
+    EXPECT_EQ(runs, 1);
+    if (!*ran) continue;
+    EXPECT_EQ(where, std::this_thread::get_id()) << "a command it took ran elsewhere";
+    ++on_lent;
+  }
+  EXPECT_GE(on_lent, 1) << "the lent thread never ran a command";
+}
+
+// The check above fails when lent threads ignore what is executing.
+TEST(SimDevice, ALentThreadThatIgnoresTheStreamOrderIsCaught) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  ScopedHazard naive(Hazard::kWaitersIgnoreStreamOrder);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> first_started{false}, first_done{false}, second_saw_first_done{true};
+  NPURT_ASSERT_OK(dev->enqueue_host_function(s, [&, released](const Status&) {
+    first_started = true;
+    released.wait();
+    first_done = true;
+    return ok_status();
+  }));
+  while (!first_started) std::this_thread::yield();
+  NPURT_ASSERT_OK(dev->enqueue_host_function(s, [&](const Status&) {
+    second_saw_first_done = first_done.load();
+    return ok_status();
+  }));
+  auto ran = dev->run_next_command(s, [](uint64_t) { return true; });
+  release.set_value();
+  NPURT_ASSERT_OK(dev->stream_synchronize(s));
+  ASSERT_TRUE(ran.ok());
+  EXPECT_TRUE(*ran);
+  EXPECT_FALSE(second_saw_first_done);
+}
+
 }  // namespace
 }  // namespace npurt

@@ -16,6 +16,7 @@ struct Counters {
   // event_synchronize / stream_synchronize calls that found the work unfinished and
   // blocked the host (a wait on finished work is not counted).
   uint64_t host_blocked_waits = 0;
+  uint64_t lent_thread_commands = 0;  // run on a thread lent by Device::run_next_command
   uint64_t launches = 0;
   uint64_t blocks = 0;
   uint64_t streams_created = 0, streams_destroyed = 0;

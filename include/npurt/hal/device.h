@@ -133,14 +133,30 @@ class Device {
   // Enqueue: runs `fn(ok)` when the stream reaches it, and completes when `fn`
   // returns; an error it returns fails the stream like a kernel fault. The calling
   // thread does not wait (collectives run MPI this way). `fn` runs on the stream's own
-  // thread, or on a thread blocked in stream_synchronize of its stream, which may run
-  // queued host functions and copies itself (in stream order, one command at a time)
-  // rather than hand them to the stream's thread and wait to be woken. `fn` may
-  // block (say, until peers' streams arrive) but must not wait for later commands of
-  // its own stream. When an earlier command of the stream failed, `fn` is still
-  // called, with that error, so it can tell whoever waits on it (a collective's
-  // peers); the stream keeps its error and `fn`'s result is ignored.
+  // thread, or on a thread blocked in stream_synchronize of its stream or lent to it
+  // (run_next_command), which may run queued host functions and copies itself (in
+  // stream order, one command at a time) rather than hand them to the stream's thread
+  // and wait to be woken. `fn` may block (say, until peers' streams arrive) but must
+  // not wait for later commands of its own stream. When an earlier command of the
+  // stream failed, `fn` is still called, with that error, so it can tell whoever
+  // waits on it (a collective's peers); the stream keeps its error and `fn`'s result
+  // is ignored.
   virtual Status enqueue_host_function(StreamId stream, std::function<Status(const Status& stream_error)> fn) = 0;
+  // How many commands the stream has been given since it was created: the position
+  // the next command enqueued on it takes (positions count from 0). kUnimplemented
+  // where the driver does not count them.
+  virtual StatusOr<uint64_t> stream_position(StreamId stream);
+  // Lends the calling thread to the stream: runs the stream's next command here, now,
+  // when it may run on a host thread (none of the stream's commands is executing and
+  // the next is a copy, a host function or an event record) and `wanted(position)`
+  // holds for that command's position, and returns whether it ran one. `wanted` is
+  // checked under the stream's lock, so what it tests cannot change between the check
+  // and the claim; it must not block or call into the device. With the position, a
+  // caller runs only commands it enqueued itself: a thread that waits for a peer's
+  // stream (an in-process collective's meeting) runs the peer's part of the collective
+  // instead of waiting for that stream's thread to wake, and never the peer's other
+  // work. Drivers whose streams are hardware queues keep the default: nothing run.
+  virtual StatusOr<bool> run_next_command(StreamId stream, const std::function<bool(uint64_t position)>& wanted);
 
   // ---- code ----
   // Writes a verified image into GM at `dst` (a block of at least image.bytes()

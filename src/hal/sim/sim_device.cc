@@ -90,6 +90,10 @@ class SimDevice final : public Device {
   Status enqueue_host_function(StreamId stream, std::function<Status(const Status&)> fn) override {
     return streams_.enqueue_host_function(stream, std::move(fn));
   }
+  StatusOr<uint64_t> stream_position(StreamId stream) override { return streams_.stream_position(stream); }
+  StatusOr<bool> run_next_command(StreamId stream, const std::function<bool(uint64_t)>& wanted) override {
+    return streams_.run_next_command(stream, wanted);
+  }
   Status upload_code(DeviceAddr dst, const isa::Image& image) override { return memory_.upload_code(dst, image); }
   Status launch(StreamId stream, const LaunchParams& p) override { return streams_.launch(stream, p); }
 

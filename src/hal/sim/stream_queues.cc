@@ -465,13 +465,40 @@ void StreamQueues::claim_head(SimStream& s, Command& c, Status& prior) {
   prior = s.error;
 }
 
-bool StreamQueues::claim_for_waiter(SimStream& s, uint64_t target, Command& c, Status& prior) {
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.queue.empty() || s.claimed.load() >= target) return false;
+bool StreamQueues::host_may_take_head(const SimStream& s) {
+  if (s.queue.empty()) return false;
   if (s.executing && !hazard_on(Hazard::kWaitersIgnoreStreamOrder)) return false;
   const Command::Kind kind = s.queue.front().kind;
-  if (kind == Command::Kind::kLaunch || kind == Command::Kind::kWait) return false;
+  return kind != Command::Kind::kLaunch && kind != Command::Kind::kWait;
+}
+
+bool StreamQueues::claim_for_waiter(SimStream& s, uint64_t target, Command& c, Status& prior) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.claimed.load() >= target || !host_may_take_head(s)) return false;
   claim_head(s, c, prior);
+  return true;
+}
+
+StatusOr<uint64_t> StreamQueues::stream_position(StreamId id) {
+  NPURT_ASSIGN_OR_RETURN(auto s, find_stream(id));
+  return read_under(s->mu, s->enqueued);
+}
+
+StatusOr<bool> StreamQueues::run_next_command(StreamId id, const std::function<bool(uint64_t)>& wanted) {
+  NPURT_ASSIGN_OR_RETURN(auto s, find_stream(id));
+  // Nothing queued (the usual answer while a peer's thread keeps up): say so without
+  // taking the lock the stream's thread claims under. A stale read only skips a turn.
+  if (s->posted.load(std::memory_order_relaxed) == s->claimed.load(std::memory_order_relaxed)) return false;
+  Command c;
+  Status prior;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    // The head's position: every command before it has been taken.
+    if (!host_may_take_head(*s) || !wanted(s->claimed.load())) return false;
+    claim_head(*s, c, prior);
+  }
+  counters_.bump([](Counters& k) { ++k.lent_thread_commands; });
+  run_claimed(*s, c, prior);
   return true;
 }
 

@@ -60,6 +60,8 @@ class StreamQueues {
   Status copy_to_peer(hal::StreamId stream, std::shared_ptr<hal::Device> peer, SimMemory& peer_memory,
                       hal::DeviceAddr dst, hal::DeviceAddr src, uint64_t bytes);
   Status enqueue_host_function(hal::StreamId stream, std::function<Status(const Status&)> fn);
+  StatusOr<uint64_t> stream_position(hal::StreamId stream);
+  StatusOr<bool> run_next_command(hal::StreamId stream, const std::function<bool(uint64_t)>& wanted);
   Status launch(hal::StreamId stream, const hal::LaunchParams& p);
 
   Status abort_stream(hal::StreamId id);
@@ -81,8 +83,11 @@ class StreamQueues {
   void stream_loop(SimStream& s);
   // Taking and running queued commands, by the stream's thread or a waiting one.
   static void claim_head(SimStream& s, Command& c, Status& prior);
-  // For stream_synchronize: the head command when the waiter may run it (nothing is
-  // executing, it is among the first `target` commands, not a launch or an event wait).
+  // Whether a thread other than the stream's may take the head now (call with s.mu
+  // held): nothing is executing, and it is not a launch or an event wait.
+  static bool host_may_take_head(const SimStream& s);
+  // For stream_synchronize: the head command when the waiter may run it, if it is
+  // among the first `target` commands.
   static bool claim_for_waiter(SimStream& s, uint64_t target, Command& c, Status& prior);
   void run_claimed(SimStream& s, Command& c, const Status& prior);
   Status execute(SimStream& s, Command& c);
