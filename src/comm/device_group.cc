@@ -54,13 +54,12 @@ struct GroupState {
   bool host_sums = false;  // options.host_sums, and every device's memory is host-addressable
   std::vector<RankState> ranks;
   Meeting meeting;
-  // Each rank's enqueued rounds it has not arrived at yet, oldest first, so a rank
-  // waiting at the meeting can run a peer's part (help_rank).
+  // Each rank's enqueued rounds small enough to help that it has not arrived at yet,
+  // oldest first, so a rank waiting at the meeting can run a peer's part (help_rank).
   struct PendingRound {
     uint64_t round;
     hal::StreamId stream;
     uint64_t first;  // the stream position of the round's first command
-    uint64_t bytes;  // of each piece
   };
   std::mutex round_streams_mu;
   std::vector<std::deque<PendingRound>> round_streams;  // guarded by round_streams_mu
@@ -80,19 +79,20 @@ using group_detail::RankState;
 constexpr uint64_t kHelpedRoundBytes = 64 << 10;
 
 // Notes that `rank`'s `round` (pieces of `bytes`) is about to be enqueued on `stream`,
-// forgetting the rounds it has arrived at. Without the stream's position (a driver
-// that does not count) the round is not noted, and no peer helps it.
+// forgetting the rounds it has arrived at. A round too large to help, or without the
+// stream's position (a driver that does not count), is not noted: no peer helps it.
 void note_round_stream(GroupState& g, int rank, uint64_t round, hal::StreamId stream, uint64_t bytes) {
+  if (bytes > kHelpedRoundBytes) return;
   const StatusOr<uint64_t> first = g.ranks[rank].runtime->device().stream_position(stream);
   if (!first.ok()) return;
   std::lock_guard<std::mutex> lock(g.round_streams_mu);
   auto& rounds = g.round_streams[rank];
   while (!rounds.empty() && g.meeting.arrived(rank, rounds.front().round)) rounds.pop_front();
-  rounds.push_back({round, stream, *first, bytes});
+  rounds.push_back({round, stream, *first});
 }
 
 // Meeting::Help: runs `rank`'s next queued command of `round` on this thread, when its
-// stream lets a host thread run it and the round is small. Every rank has arrived at
+// stream lets a host thread run it and the round was noted. Every rank has arrived at
 // the rounds before `round` (the caller's rank has arrived at `round`), so their
 // entries go. Only the round's own commands up to the peer's arrival are taken: none
 // before the round's first (the peer's other work, which may block or be large), none
@@ -104,7 +104,7 @@ bool help_rank(GroupState& g, int rank, uint64_t round) {
     std::lock_guard<std::mutex> lock(g.round_streams_mu);
     auto& rounds = g.round_streams[rank];
     while (!rounds.empty() && rounds.front().round < round) rounds.pop_front();
-    if (rounds.empty() || rounds.front().round != round || rounds.front().bytes > kHelpedRoundBytes) return false;
+    if (rounds.empty() || rounds.front().round != round) return false;
     stream = rounds.front().stream;
     first = rounds.front().first;
   }
