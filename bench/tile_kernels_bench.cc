@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "fma_peak.h"
+#include "hal/sim/matvec_kernels.h"
 #include "hal/sim/tile_kernels.h"
+#include "npurt/isa/isa.h"
 
 namespace npurt::sim {
 namespace {
@@ -116,6 +118,44 @@ void BM_ConvertBF16ToF32(benchmark::State& state) {
 }
 BENCHMARK(BM_ConvertBF16ToF32)->Arg(64)->Arg(4096);
 
+// sim::matvec_batch on one thread, weights of a quantized type in cache (rows x k
+// small enough for L2) or streamed: Gproducts/s (weights times vectors per second) and
+// products_per_fma (against the f32 FMA peak's products: the integer kernels form each
+// product from three 7-bit digits, so this says what the digits cost next to f32).
+void BM_MatVec(benchmark::State& state, DType type, size_t rows, size_t k) {
+  const size_t batch = static_cast<size_t>(state.range(0));
+  const bool plain = !isa::dtype_is_quantized(type);
+  const size_t row_bytes = plain ? k * isa::dtype_size(type) : k / isa::dtype_block_elems(type) * isa::dtype_block_bytes(type);
+  std::vector<uint8_t> w(rows * row_bytes);
+  std::mt19937 gen(7);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(gen());
+  // Every f16 scale a modest finite value (random bytes would hold infinities).
+  const size_t block_bytes = plain ? w.size() : isa::dtype_block_bytes(type);
+  const std::vector<size_t> halves = type == DType::kQ6_K                           ? std::vector<size_t>{208}
+                                     : type == DType::kQ4_K || type == DType::kQ5_K ? std::vector<size_t>{0, 2}
+                                                                                    : std::vector<size_t>{0};
+  for (size_t off = 0; !plain && off < w.size(); off += block_bytes) {
+    for (size_t f : halves) {
+      w[off + f] = 0x00;
+      w[off + f + 1] = 0x20;  // 2^-7
+    }
+  }
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(batch * k), y(batch * rows);
+  for (float& v : x) v = dist(gen);
+  for (auto _ : state) {
+    matvec_batch(w.data(), type, row_bytes, rows, x.data(), k, batch, y.data(), false);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double products = static_cast<double>(rows * k * batch) * static_cast<double>(state.iterations());
+  state.counters["Gproducts/s"] = benchmark::Counter(products * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["products_per_fma"] =
+      benchmark::Counter(products / (PeakGflops() * 0.5e9), benchmark::Counter::kIsRate);
+  state.counters["weight_GB/s"] = benchmark::Counter(
+      static_cast<double>(w.size()) * static_cast<double>(state.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+}
+
 const char* TypeName(DType t) {
   return t == DType::kF32 ? "f32" : t == DType::kBF16 ? "bf16" : "f16";
 }
@@ -137,7 +177,26 @@ const char* TypeName(DType t) {
                              (c.trans_b ? "/trans_b" : "");
     benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, c)->Unit(benchmark::kMicrosecond);
   }
+  // Gemma-3-270M's GEMV shapes: a slice of the q8_0 head, the q5_0 gate and up
+  // projections, the q4_K / q6_K down projection.
+  const struct {
+    DType type;
+    const char* name;
+    size_t rows, k;
+  } kGemvs[] = {{DType::kQ8_0, "q8_0", 4096, 640},
+                {DType::kQ5_0, "q5_0", 2048, 640},
+                {DType::kQ4_K, "q4_K", 640, 2048},
+                {DType::kQ6_K, "q6_K", 640, 2048},
+                {DType::kBF16, "bf16", 2048, 640}};
+  for (const auto& g : kGemvs) {
+    const std::string name = std::string("BM_MatVec/") + g.name + "/" + std::to_string(g.rows) + "x" + std::to_string(g.k);
+    benchmark::RegisterBenchmark(name.c_str(), BM_MatVec, g.type, g.rows, g.k)
+        ->Arg(1)
+        ->Arg(8)
+        ->Unit(benchmark::kMicrosecond);
+  }
   benchmark::AddCustomContext("tile_kernels_target", tile_kernels_target());
+  benchmark::AddCustomContext("matvec_isa", matvec_isa());
   return true;
 }();
 
