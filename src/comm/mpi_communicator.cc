@@ -1,6 +1,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -121,8 +124,76 @@ struct MpiBuffers {
   uint8_t* recv = nullptr;
 };
 
-// Starts one nonblocking MPI collective on `comm` over `b`.
-using StartCollective = std::function<int(MPI_Comm comm, const MpiBuffers& b, MPI_Request* request)>;
+// The sum of a small all-reduce by recursive doubling: at step j each rank swaps its
+// partial sums with rank ^ 2^j and adds the partner's to its own. a + b and b + a are
+// the same bits, so both partners, and in the end every rank, hold the same bytes.
+struct ExchangeSum {
+  MPI_Comm comm = MPI_COMM_NULL;
+  uint8_t* data = nullptr;  // in place
+  int count = 0;
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  bool bf16 = false;
+  int rank = 0;
+  int size = 0;
+  int step = 1;  // 2^j
+};
+
+// An MPI operation in flight: the requests of its current step (a nonblocking
+// collective in requests[0], or an exchange's receive and send), and host memory MPI
+// writes until the last step completed.
+struct InFlight {
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::optional<ExchangeSum> exchange;  // steps left to run
+  std::shared_ptr<uint8_t> scratch;
+  uint64_t scratch_bytes = 0;
+  // For point-to-point steps: the collective's number, so that the messages of
+  // collectives in flight on several streams at once cannot match each other's.
+  int tag = 0;
+};
+
+// Starts one MPI operation on `comm` over `b`.
+using StartCollective = std::function<int(MPI_Comm comm, const MpiBuffers& b, InFlight* op)>;
+
+// All-reduces of at most this many bytes on a power-of-two number of ranks run as
+// exchanges of nonblocking sends and receives (ExchangeSum): on Open MPI's shared
+// memory transport, 2.5 KiB over 2 ranks take 1.1 us that way, as long as its blocking
+// MPI_Allreduce, where MPI_Iallreduce takes 2.2 us. Beyond the transport's eager size
+// (4 KiB) the exchange loses its edge and from 16 KiB on MPI_Iallreduce's ring is faster
+// (docs/parallel.md).
+constexpr uint64_t kExchangeMaxBytes = 8 << 10;
+
+// Posts step `x.step` of an exchange: receive the partner's partial sums into the
+// scratch memory, send ours. Call with mpi_mutex() held.
+int post_exchange(const ExchangeSum& x, InFlight& op) {
+  const int partner = x.rank ^ x.step;
+  int err = MPI_Irecv(op.scratch.get(), x.count, x.type, partner, op.tag, x.comm, &op.requests[0]);
+  if (err == MPI_SUCCESS) err = MPI_Isend(x.data, x.count, x.type, partner, op.tag, x.comm, &op.requests[1]);
+  return err;
+}
+
+int start_exchange(const ExchangeSum& x, StagingPool& pool, uint64_t bytes, InFlight& op) {
+  op.scratch = pool.take(bytes);
+  op.scratch_bytes = bytes;
+  op.exchange = x;
+  return post_exchange(x, op);
+}
+
+// After a step's receive and send completed: adds the partner's sums to ours and posts
+// the next step, or sets *finished. Call with mpi_mutex() held.
+int next_exchange_step(InFlight& op, bool* finished) {
+  ExchangeSum& x = *op.exchange;
+  if (x.bf16) {
+    int n = x.count;
+    sum_bf16(op.scratch.get(), x.data, &n, nullptr);
+  } else {
+    float* mine = reinterpret_cast<float*>(x.data);
+    const float* theirs = reinterpret_cast<const float*>(op.scratch.get());
+    for (int i = 0; i < x.count; ++i) mine[i] += theirs[i];
+  }
+  x.step <<= 1;
+  *finished = x.step >= x.size;
+  return *finished ? MPI_SUCCESS : post_exchange(x, op);
+}
 
 }  // namespace
 
@@ -130,20 +201,51 @@ struct MpiCommunicator::Group {
   explicit Group(CommOptions o) : options(o) {}
   ~Group();
 
+  // What a collective is called in errors ("all_reduce #7 on rank 1 of 2"), formed
+  // only when one is reported.
+  struct Label {
+    const Group& group;
+    const char* name;
+    uint64_t seq;
+    std::string str() const { return group.label(name, seq); }
+  };
+
+  // "all_reduce #7 on rank 1 of 2" in `text`, without allocating: every collective
+  // needs it at hand for its errors, and few ever report one.
+  using LabelText = std::array<char, 96>;
+  std::string_view label_text(const char* name, uint64_t seq, LabelText& text) const {
+    char* p = text.data();
+    char* const end = text.data() + text.size();
+    auto put = [&](std::string_view s) {
+      const size_t n = std::min(s.size(), static_cast<size_t>(end - p));
+      p = std::copy_n(s.data(), n, p);
+    };
+    auto number = [&](uint64_t v) { p = std::to_chars(p, end, v).ptr; };
+    put(name);
+    put(" #");
+    number(seq);
+    put(" on rank ");
+    number(static_cast<uint64_t>(rank));
+    put(" of ");
+    number(static_cast<uint64_t>(size));
+    return {text.data(), static_cast<size_t>(p - text.data())};
+  }
   std::string label(const char* name, uint64_t seq) const {
-    return std::string(name) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank) + " of " +
-           std::to_string(size);
+    LabelText text;
+    return std::string(label_text(name, seq, text));
+  }
+  // The number the next stream collective gets; call with issue_mu held.
+  uint64_t next_seq() {
+    std::lock_guard<std::mutex> lock(mu);
+    return issued + 1;
   }
   // The label the next stream collective gets; call with issue_mu held.
-  std::string next_label(const char* name) {
-    std::lock_guard<std::mutex> lock(mu);
-    return label(name, issued + 1);
-  }
+  std::string next_label(const char* name) { return label(name, next_seq()); }
   // OK while stream collectives can still match their peers'.
-  Status stream_usable(const std::string& what) {
+  Status stream_usable(std::string_view what) {
     std::lock_guard<std::mutex> lock(mu);
     if (stream_broken.ok()) return ok_status();
-    return failed_precondition(what + ": the communicator is unusable since " + stream_broken.message());
+    return failed_precondition(std::string(what) + ": the communicator is unusable since " + stream_broken.message());
   }
   // Its number is taken: the collective's host function is on the stream.
   void commit(uint64_t bytes) {
@@ -164,10 +266,18 @@ struct MpiCommunicator::Group {
   // on them (a timeout, an abort): they must then stay allocated until exit.
   Status run(const char* name, uint64_t seq, const Status& stream_error, const MpiBuffers& bytes,
              const StartCollective& start, const std::function<void()>& abandoned);
-  Status wait_for_turn(uint64_t seq, Clock::time_point deadline, const std::string& what);
+  Status wait_for_turn(uint64_t seq, Clock::time_point deadline, const Label& what);
   // `abandonable`: a stream collective, which abort() may give up on (agree() is not).
-  Status poll(MPI_Request* request, Clock::time_point deadline, const std::string& what, bool* timed_out,
-              bool abandonable);
+  Status poll(InFlight& op, Clock::time_point deadline, const Label& what, bool* timed_out, bool abandonable);
+  // MPI may still write `op`'s scratch memory: it stays allocated until exit.
+  void keep_scratch(const InFlight& op) {
+    if (!op.scratch || hazard_on(Hazard::kReusesAbandonedMpiMemory)) return;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.kept_bytes += op.scratch_bytes;
+    }
+    keep_until_exit(op.scratch);
+  }
 
   const CommOptions options;
   int rank = 0;
@@ -206,24 +316,27 @@ Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status&
                                    const MpiBuffers& bytes, const StartCollective& start,
                                    const std::function<void()>& abandoned) {
   const Clock::time_point deadline = Clock::now() + options.timeout;
-  const std::string what = label(name, seq);
+  const Label what{*this, name, seq};
   if (!stream_error.ok()) {
-    Status skipped = failed_precondition(what + " skipped: an earlier command of its stream failed: " +
+    Status skipped = failed_precondition(what.str() + " skipped: an earlier command of its stream failed: " +
                                          stream_error.message());
     break_stream(skipped);
     return skipped;
   }
   NPURT_RETURN_IF_ERROR(wait_for_turn(seq, deadline, what));
-  MPI_Request request = MPI_REQUEST_NULL;
+  InFlight op;
+  op.tag = static_cast<int>(seq % 32768);  // MPI_TAG_UB is at least 32767
   int err = MPI_SUCCESS;
   {
     std::lock_guard<std::mutex> lock(mpi_mutex());
-    err = start(stream_comm, bytes, &request);
-    if (err != MPI_SUCCESS) {
-      Status failed = mpi_error(err, what);
-      break_stream(failed);
-      return failed;
-    }
+    err = start(stream_comm, bytes, &op);
+  }
+  if (err != MPI_SUCCESS) {
+    // A receive posted before the failed send may still be written.
+    keep_scratch(op);
+    Status failed = mpi_error(err, what.str());
+    break_stream(failed);
+    return failed;
   }
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -231,23 +344,24 @@ Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status&
   }
   turn.notify_all();
   bool timed_out = false;
-  Status s = poll(&request, deadline, what, &timed_out, /*abandonable=*/true);
+  Status s = poll(op, deadline, what, &timed_out, /*abandonable=*/true);
   if (s.ok()) return s;
   if (timed_out) abandoned();
+  keep_scratch(op);
   break_stream(s);
   return s;
 }
 
 // MPI matches collectives in the order each rank starts them: start in issue order.
-Status MpiCommunicator::Group::wait_for_turn(uint64_t seq, Clock::time_point deadline, const std::string& what) {
+Status MpiCommunicator::Group::wait_for_turn(uint64_t seq, Clock::time_point deadline, const Label& what) {
   std::unique_lock<std::mutex> lock(mu);
   const bool turn_came =
       turn.wait_until(lock, deadline, [&] { return started + 1 == seq || !stream_broken.ok(); });
   if (!stream_broken.ok()) {
-    return failed_precondition(what + ": the communicator is unusable since " + stream_broken.message());
+    return failed_precondition(what.str() + ": the communicator is unusable since " + stream_broken.message());
   }
   if (turn_came) return ok_status();
-  Status late = deadline_exceeded(what + ": collective #" + std::to_string(started + 1) +
+  Status late = deadline_exceeded(what.str() + ": collective #" + std::to_string(started + 1) +
                                     " of this rank, issued before it on another stream, did not start within " +
                                     std::to_string(options.timeout.count()) + " ms");
   stream_broken = late;
@@ -262,24 +376,29 @@ Status MpiCommunicator::Group::wait_for_turn(uint64_t seq, Clock::time_point dea
 // test handed the core to spinning threads for most of the time a 2.5 KiB all-reduce
 // takes (25 vs 7 us on 2 ranks of a 2-core host, docs/parallel.md), yet a thread
 // that needs the core still gets it.
-Status MpiCommunicator::Group::poll(MPI_Request* request, Clock::time_point deadline, const std::string& what,
-                                    bool* timed_out, bool abandonable) {
+Status MpiCommunicator::Group::poll(InFlight& op, Clock::time_point deadline, const Label& what, bool* timed_out,
+                                    bool abandonable) {
   constexpr auto kBusyFor = std::chrono::milliseconds(50);
   constexpr auto kLongestNap = std::chrono::microseconds(1000);
-  const Clock::time_point busy_until = Clock::now() + kBusyFor;
+  const Clock::time_point busy_until = deadline - options.timeout + kBusyFor;
   auto nap = std::chrono::microseconds(50);
   for (uint32_t tests = 1;; ++tests) {
     int done = 0;
     {
       std::lock_guard<std::mutex> lock(mpi_mutex());
-      const int err = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-      if (err != MPI_SUCCESS) return mpi_error(err, what);
+      int err = MPI_Testall(2, op.requests, &done, MPI_STATUSES_IGNORE);
+      if (err == MPI_SUCCESS && done != 0 && op.exchange) {
+        bool finished = false;
+        err = next_exchange_step(op, &finished);
+        if (!finished) done = 0;  // the next step is posted: test it at once
+      }
+      if (err != MPI_SUCCESS) return mpi_error(err, what.str());
     }
     if (done != 0) return ok_status();
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
       *timed_out = true;
-      return deadline_exceeded(what + ": peers did not arrive within " + std::to_string(options.timeout.count()) +
+      return deadline_exceeded(what.str() + ": peers did not arrive within " + std::to_string(options.timeout.count()) +
                                " ms");
     }
     if (abandonable) {
@@ -287,7 +406,7 @@ Status MpiCommunicator::Group::poll(MPI_Request* request, Clock::time_point dead
       std::lock_guard<std::mutex> lock(mu);
       if (!stream_broken.ok()) {
         *timed_out = true;
-        return failed_precondition(what + ": abandoned: " + stream_broken.message());
+        return failed_precondition(what.str() + ": abandoned: " + stream_broken.message());
       }
     }
     if (now < busy_until) {
@@ -420,18 +539,25 @@ StatusOr<MpiBuffers> device_buffers(hal::Device& device, const hal::KernelArg& s
 Status enqueue_direct(Runtime& runtime, const std::shared_ptr<MpiCommunicator::Group>& group, const char* name,
                       uint64_t seq, hal::StreamId stream, std::span<const hal::KernelArg> ranges,
                       std::span<const MemoryContext::CommandArg> args, const Staging& plan,
-                      const StartCollective& start) {
+                      StartCollective start) {
   std::shared_ptr<hal::Device> device = runtime.shared_device();
-  MemoryContext* memory = &runtime.memory();  // outlives the stream's commands
-  std::vector<View> views;
-  for (const MemoryContext::CommandArg& a : args) views.push_back(a.view);
-  auto abandoned = [memory, views, retain = !hazard_on(Hazard::kReusesAbandonedMpiMemory)] {
-    if (!retain) return;
-    for (const View& v : views) memory->retain_until_exit(v).ignore();
-  };
+  // A collective has one or two views (all_gather: local and gathered).
+  struct Abandon {
+    MemoryContext* memory;  // outlives the stream's commands
+    std::array<View, 2> views;
+    bool retain = !hazard_on(Hazard::kReusesAbandonedMpiMemory);
+    void operator()() const {
+      if (!retain) return;
+      for (const View& v : views) {
+        if (!v.empty()) memory->retain_until_exit(v).ignore();
+      }
+    }
+  } abandoned{&runtime.memory(), {}};
+  for (size_t i = 0; i < args.size() && i < abandoned.views.size(); ++i) abandoned.views[i] = args[i].view;
   const hal::KernelArg send = ranges[plan.send], recv = ranges[plan.recv];
   return device->enqueue_host_function(
-      stream, [group, name, seq, device, send, recv, start, abandoned](const Status& stream_error) -> Status {
+      stream, [group, name, seq, device, send, recv, start = std::move(start),
+               abandoned = std::move(abandoned)](const Status& stream_error) -> Status {
         StatusOr<MpiBuffers> bytes = MpiBuffers{};
         if (stream_error.ok()) bytes = device_buffers(*device, send, recv);
         if (!bytes.ok()) {
@@ -450,26 +576,24 @@ Status issue_collective(Runtime& runtime, const std::shared_ptr<MpiCommunicator:
                         hal::StreamId stream, std::span<const MemoryContext::CommandArg> args, const Staging& plan,
                         uint64_t view_bytes, StartCollective start) {
   std::lock_guard<std::mutex> issue(group->issue_mu);
-  const std::string what = group->next_label(name);
+  const uint64_t seq = group->next_seq();
+  MpiCommunicator::Group::LabelText text;
+  const std::string_view what = group->label_text(name, seq, text);
   NPURT_RETURN_IF_ERROR(runtime.check_open(what));
   NPURT_RETURN_IF_ERROR(group->stream_usable(what));
-  uint64_t seq = 0;
-  {
-    std::lock_guard<std::mutex> lock(group->mu);
-    seq = group->issued + 1;
-  }
   const bool direct = group->options.device_direct && runtime.device().info().host_addressable_memory;
   return runtime.memory().enqueue_command(
       stream, what, args, [&](hal::StreamId s, std::span<const hal::KernelArg> ranges) -> Status {
         if (direct) {
-          NPURT_RETURN_IF_ERROR(enqueue_direct(runtime, group, name, seq, s, ranges, args, plan, start));
+          NPURT_RETURN_IF_ERROR(enqueue_direct(runtime, group, name, seq, s, ranges, args, plan, std::move(start)));
           group->commit(view_bytes);
           return ok_status();
         }
         hal::Device& device = runtime.device();
         std::shared_ptr<uint8_t> bytes = group->staging->take(plan.bytes);
         auto enqueue_mpi = [&] {
-          return device.enqueue_host_function(s, [group, name, seq, bytes, start](const Status& stream_error) {
+          return device.enqueue_host_function(s, [group, name, seq, bytes, start = std::move(start)](
+                                                     const Status& stream_error) {
             const MpiBuffers staged{bytes.get(), bytes.get()};
             return group->run(name, seq, stream_error, staged, start, [bytes] { keep_until_exit(bytes); });
           });
@@ -499,10 +623,26 @@ Status MpiCommunicator::all_reduce(hal::StreamId stream, const View& data, isa::
   const MPI_Op op = dtype == isa::DType::kF32 ? MPI_SUM : group_->bf16_sum;
   const MemoryContext::CommandArg args[] = {{data, isa::Access::kInOut}};
   const Staging plan{.bytes = data.size(), .download = 0, .upload = 0, .send = 0, .recv = 0};
+  const int n = size();
+  if (n > 1 && (n & (n - 1)) == 0 && data.size() <= kExchangeMaxBytes) {
+    const ExchangeSum x{.count = static_cast<int>(count),
+                        .type = type,
+                        .bf16 = dtype == isa::DType::kBF16,
+                        .rank = rank(),
+                        .size = n};
+    const uint64_t bytes = data.size();
+    return issue_collective(*runtime_, group_, "all_reduce", stream, args, plan, bytes,
+                            [x, bytes, pool = group_->staging](MPI_Comm comm, const MpiBuffers& b, InFlight* op) {
+                              ExchangeSum in_place = x;
+                              in_place.comm = comm;
+                              in_place.data = b.recv;
+                              return start_exchange(in_place, *pool, bytes, *op);
+                            });
+  }
   return issue_collective(*runtime_, group_, "all_reduce", stream, args, plan, data.size(),
-                          [count, type, op](MPI_Comm comm, const MpiBuffers& b, MPI_Request* request) {
+                          [count, type, op](MPI_Comm comm, const MpiBuffers& b, InFlight* in_flight) {
                             return MPI_Iallreduce(MPI_IN_PLACE, b.recv, static_cast<int>(count), type, op, comm,
-                                                  request);
+                                                  &in_flight->requests[0]);
                           });
 }
 
@@ -528,7 +668,8 @@ Status MpiCommunicator::all_gather(hal::StreamId stream, const View& local, cons
                      .send = 0,
                      .recv = 1};
   return issue_collective(*runtime_, group_, "all_gather", stream, args, plan, n + gathered.size(),
-                          [n](MPI_Comm comm, const MpiBuffers& b, MPI_Request* request) {
+                          [n](MPI_Comm comm, const MpiBuffers& b, InFlight* op) {
+                            MPI_Request* request = &op->requests[0];
                             const int count = static_cast<int>(n);
                             if (b.send == b.recv) {
                               return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, b.recv, count, MPI_BYTE,
@@ -559,25 +700,22 @@ Status MpiCommunicator::broadcast(hal::StreamId stream, const View& data, int ro
   }
   const int count = static_cast<int>(data.size());
   return issue_collective(*runtime_, group_, "broadcast", stream, args, plan, data.size(),
-                          [count, root](MPI_Comm comm, const MpiBuffers& b, MPI_Request* request) {
-                            return MPI_Ibcast(b.recv, count, MPI_BYTE, root, comm, request);
+                          [count, root](MPI_Comm comm, const MpiBuffers& b, InFlight* op) {
+                            return MPI_Ibcast(b.recv, count, MPI_BYTE, root, comm, &op->requests[0]);
                           });
 }
 
 // No views: straight onto the stream, still numbered and started in order.
 Status MpiCommunicator::barrier(hal::StreamId stream) {
   std::lock_guard<std::mutex> issue(group_->issue_mu);
-  const std::string what = group_->next_label("barrier");
+  const uint64_t seq = group_->next_seq();
+  Group::LabelText text;
+  const std::string_view what = group_->label_text("barrier", seq, text);
   NPURT_RETURN_IF_ERROR(runtime_->check_open(what));
   NPURT_RETURN_IF_ERROR(group_->stream_usable(what));
-  uint64_t seq = 0;
-  {
-    std::lock_guard<std::mutex> lock(group_->mu);
-    seq = group_->issued + 1;
-  }
   std::shared_ptr<Group> group = group_;
-  StartCollective start = [](MPI_Comm comm, const MpiBuffers&, MPI_Request* request) {
-    return MPI_Ibarrier(comm, request);
+  StartCollective start = [](MPI_Comm comm, const MpiBuffers&, InFlight* op) {
+    return MPI_Ibarrier(comm, &op->requests[0]);
   };
   Status s = runtime_->device().enqueue_host_function(stream, [group, seq, start](const Status& stream_error) {
     return group->run("barrier", seq, stream_error, MpiBuffers{}, start, [] {});
@@ -616,22 +754,23 @@ Status status_of(const StatusRecord& r, int rank) {
 
 Status MpiCommunicator::agree(const Status& mine) {
   std::lock_guard<std::mutex> one_at_a_time(group_->agree_mu);
-  const std::string what = group_->label("agree", ++group_->agreements);
+  const Group::Label label{*group_, "agree", ++group_->agreements};
+  const std::string what = label.str();
   if (!group_->host_broken.ok()) {
     return failed_precondition(what + ": agree() is unusable since " + group_->host_broken.message());
   }
   // Shared: when peers do not arrive, MPI may still write it later.
   auto records = std::make_shared<std::vector<StatusRecord>>(static_cast<size_t>(size()));
   (*records)[static_cast<size_t>(rank())] = record_of(mine);
-  MPI_Request request = MPI_REQUEST_NULL;
+  InFlight op;
   {
     std::lock_guard<std::mutex> lock(mpi_mutex());
     const int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, records->data(), sizeof(StatusRecord),
-                                   MPI_BYTE, group_->host_comm, &request);
+                                   MPI_BYTE, group_->host_comm, &op.requests[0]);
     if (err != MPI_SUCCESS) return group_->host_broken = mpi_error(err, what);
   }
   bool timed_out = false;
-  Status s = group_->poll(&request, Clock::now() + group_->options.timeout, what, &timed_out, /*abandonable=*/false);
+  Status s = group_->poll(op, Clock::now() + group_->options.timeout, label, &timed_out, /*abandonable=*/false);
   if (!s.ok()) {
     if (timed_out) keep_until_exit(records);
     return group_->host_broken = s;

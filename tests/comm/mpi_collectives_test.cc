@@ -108,6 +108,13 @@ std::vector<uint8_t> read_bytes(const View& view) {
   return {g.bytes().begin(), g.bytes().end()};
 }
 
+std::vector<float> read_floats(const View& view) {
+  const std::vector<uint8_t> bytes = read_bytes(view);
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
 Status sync() { return rank().runtime->device().stream_synchronize(rank().stream); }
 
 uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
@@ -381,35 +388,52 @@ TEST(MpiCollectives, AFailedStreamSkipsItsCollectiveAndPeersTimeOut) {
   EXPECT_TRUE(device.destroy_stream(stream).ok());
 }
 
+// For the timeout tests: a communicator of its own with options `o`, a stream of its
+// own (destroyed at the end) and a buffer of n ones.
+struct LateCase {
+  LateCase(const CommOptions& o, uint64_t n)
+      : comm(value_or_die(MpiCommunicator::create(rank().runtime, o))),
+        stream(value_or_die(rank().runtime->device().create_stream())),
+        buffer(make_buffer(n * 4)) {
+    const std::vector<float> ones(n, 1.f);
+    write_bytes(buffer.view(), ones.data());
+  }
+  ~LateCase() { EXPECT_TRUE(rank().runtime->device().destroy_stream(stream).ok()); }
+  // All-reduces the buffer in f32; the stream's status once it ran.
+  Status reduce() {
+    NPURT_RETURN_IF_ERROR(comm->all_reduce(stream, buffer.view(), isa::DType::kF32));
+    return rank().runtime->device().stream_synchronize(stream);
+  }
+  std::shared_ptr<MpiCommunicator> comm;
+  hal::StreamId stream;
+  Buffer buffer;
+};
+
 // Rank 0's all_reduce times out before the others issue theirs; MPI cannot cancel it,
 // so when they do, MPI completes it into rank 0's device bytes, long after the
 // collective failed and its buffer was freed. Device-direct, those bytes are kept
 // until exit: a buffer made after the timeout gets other memory and keeps its bytes,
 // and the late sum lands in the kept block. (With Hazard::kReusesAbandonedMpiMemory on,
-// the new buffer takes the freed block and the late sum overwrites it.)
+// the new buffer takes the freed block and the late sum overwrites it.) 16 KiB: an
+// all-reduce MPI_Iallreduce runs (smaller ones exchange messages; the next test).
 TEST(MpiCollectives, MemoryMpiMayStillWriteAfterATimeoutIsNotReused) {
   const CommOptions o = options(std::chrono::milliseconds(300));
   if (!o.device_direct) GTEST_SKIP() << "staged: MPI writes host staging memory, kept until exit since ever";
-  auto c = value_or_die(MpiCommunicator::create(rank().runtime, o));
-  hal::Device& device = rank().runtime->device();
-  const hal::StreamId stream = value_or_die(device.create_stream());
-  constexpr uint64_t n = 640;
-  const std::vector<float> ones(n, 1.f);
-  Buffer a = make_buffer(n * 4);
-  write_bytes(a.view(), ones.data());
+  constexpr uint64_t n = 4096;
+  LateCase late(o, n);
+  const std::vector<float> sum(n, static_cast<float>(late.comm->size()));
   auto device_floats = [&](hal::DeviceAddr addr) {
-    const uint8_t* p = value_or_die(device.host_address(addr, n * 4, /*writes=*/false));
+    const uint8_t* p = value_or_die(rank().runtime->device().host_address(addr, n * 4, /*writes=*/false));
     std::vector<float> v(n);
     std::memcpy(v.data(), p, n * 4);
     return v;
   };
   const uint64_t retained_before = rank().runtime->memory().stats().retained_bytes;
-  if (c->rank() == 0) {
-    ASSERT_TRUE(c->all_reduce(stream, a.view(), isa::DType::kF32).ok());
-    const Status s = device.stream_synchronize(stream);
+  if (late.comm->rank() == 0) {
+    const Status s = late.reduce();
     EXPECT_TRUE(contains(s, "peers did not arrive within 300 ms")) << s.to_string();
-    const hal::DeviceAddr abandoned = a.device_address();
-    ASSERT_TRUE(a.free().ok());
+    const hal::DeviceAddr abandoned = late.buffer.device_address();
+    ASSERT_TRUE(late.buffer.free().ok());
     Buffer b = make_buffer(n * 4);
     const std::vector<float> sevens(n, 7.f);
     write_bytes(b.view(), sevens.data());
@@ -419,15 +443,53 @@ TEST(MpiCollectives, MemoryMpiMayStillWriteAfterATimeoutIsNotReused) {
     MPI_Barrier(MPI_COMM_WORLD);  // the others join the abandoned all_reduce now
     MPI_Barrier(MPI_COMM_WORLD);  // and this one's MPI progress completes it
     EXPECT_EQ(device_floats(b.device_address()), sevens) << "a late MPI write reached a new buffer";
-    EXPECT_EQ(device_floats(abandoned), std::vector<float>(n, static_cast<float>(c->size())));
+    EXPECT_EQ(device_floats(abandoned), sum);
   } else {
     MPI_Barrier(MPI_COMM_WORLD);
-    ASSERT_TRUE(c->all_reduce(stream, a.view(), isa::DType::kF32).ok());
-    EXPECT_TRUE(device.stream_synchronize(stream).ok());
-    EXPECT_EQ(device_floats(a.device_address()), std::vector<float>(n, static_cast<float>(c->size())));
+    EXPECT_TRUE(late.reduce().ok());
+    EXPECT_EQ(device_floats(late.buffer.device_address()), sum);
     MPI_Barrier(MPI_COMM_WORLD);
   }
-  EXPECT_TRUE(device.destroy_stream(stream).ok());
+}
+
+// A small all-reduce (an exchange of messages between pairs of ranks) that times out
+// on rank 0 before the others issue theirs: rank 0's receive stays posted, so MPI
+// writes the late message into its receive memory after the collective failed, and
+// its send may still read the device bytes. Both are kept until exit: the receive
+// memory counts in CommStats::kept_bytes (with Hazard::kReusesAbandonedMpiMemory on it
+// goes back to the pool), the device bytes in the retained bytes. A late rank whose
+// exchange partners all stay gets the full sum (on 2 ranks, rank 1); one that needs
+// rank 0's later steps times out itself.
+TEST(MpiCollectives, ExchangeMemoryMpiMayStillWriteAfterATimeoutIsKept) {
+  const CommOptions o = options(std::chrono::milliseconds(300));
+  constexpr uint64_t n = 640;
+  LateCase late(o, n);
+  MpiCommunicator& c = *late.comm;
+  const uint64_t retained_before = rank().runtime->memory().stats().retained_bytes;
+  if (c.rank() == 0) {
+    const Status s = late.reduce();
+    EXPECT_TRUE(contains(s, "all_reduce #1 on rank 0") && contains(s, "peers did not arrive within 300 ms"))
+        << s.to_string();
+    EXPECT_EQ(c.stats().kept_bytes, n * 4);
+    if (o.device_direct) {
+      EXPECT_EQ(rank().runtime->memory().stats().retained_bytes, retained_before + n * 4);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the others join the abandoned all_reduce now
+    MPI_Barrier(MPI_COMM_WORLD);  // and this one's MPI progress delivers into the kept memory
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const Status s = late.reduce();
+    if (c.size() == 2) {
+      EXPECT_TRUE(s.ok()) << s.to_string();
+    }
+    if (s.ok()) {
+      EXPECT_EQ(read_floats(late.buffer.view()), std::vector<float>(n, static_cast<float>(c.size())));
+      EXPECT_EQ(c.stats().kept_bytes, 0u);
+    } else {
+      EXPECT_TRUE(contains(s, "peers did not arrive within 300 ms")) << s.to_string();
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }
 
 // Run alone (the comm.mpi_dead_rank test): the last rank exits just before a

@@ -45,6 +45,9 @@ namespace npurt::comm {
 struct CommStats {
   uint64_t collectives = 0;  // enqueued
   uint64_t bytes = 0;        // of the views given to them
+  // Host memory kept until exit because MPI may still write it: the receive buffers
+  // of collectives that timed out or were abandoned (MPI backend).
+  uint64_t kept_bytes = 0;
 };
 
 class Communicator {

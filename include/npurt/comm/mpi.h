@@ -14,7 +14,12 @@
 // host-addressable (DeviceInfo::host_addressable_memory, as the simulated NPU's is)
 // MPI reads and writes the views' device bytes themselves (device-direct, like
 // CUDA-aware MPI on device pointers); elsewhere, or with CommOptions::device_direct
-// off, the bytes are copied into host staging memory first and the result back.
+// off, the bytes are copied into host staging memory first and the result back. An
+// all-reduce of at most 8 KiB on a power-of-two number of ranks runs as pairwise
+// exchanges of nonblocking sends and receives (recursive doubling; the same bits on
+// every rank), which on shared memory cost what the blocking MPI_Allreduce does where
+// MPI_Iallreduce costs twice that; its messages are tagged with the collective's
+// number.
 //
 // Ordering across streams: MPI matches collectives by the order in which each rank
 // starts them. A rank starts its collectives in the order it issued them (their
@@ -26,7 +31,8 @@
 // its stream with "all_reduce #7 on rank 1 of 2: peers did not arrive within 60000
 // ms"; MPI's own errors (MPI_ERRORS_RETURN) fail it with MPI's error string. MPI
 // cannot cancel a collective, so the memory it was given may still be written after
-// the collective failed: staging memory is kept until exit, and device memory
+// the collective failed: staging memory and an exchange's receive memory are kept
+// until exit (CommStats::kept_bytes counts the latter), and device memory
 // (device-direct) too (MemoryContext::retain_until_exit): the buffer may be freed,
 // its block is never reused. A collective reached by a stream that failed earlier
 // cannot take part (its input bytes never arrived), so it is skipped and its peers
