@@ -125,8 +125,9 @@ struct MpiBuffers {
 };
 
 // The sum of a small all-reduce by recursive doubling: at step j each rank swaps its
-// partial sums with rank ^ 2^j and adds the partner's to its own. a + b and b + a are
-// the same bits, so both partners, and in the end every rank, hold the same bytes.
+// partial sums with rank ^ 2^j and adds the partner's to its own, both partners in the
+// same order (the lower rank's first), so both, and in the end every rank, hold the
+// same bytes.
 struct ExchangeSum {
   MPI_Comm comm = MPI_COMM_NULL;
   uint8_t* data = nullptr;  // in place
@@ -144,10 +145,11 @@ struct ExchangeSum {
 struct InFlight {
   MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   std::optional<ExchangeSum> exchange;  // steps left to run
-  std::shared_ptr<uint8_t> scratch;
+  std::shared_ptr<uint8_t[]> scratch;
   uint64_t scratch_bytes = 0;
-  // For point-to-point steps: the collective's number, so that the messages of
-  // collectives in flight on several streams at once cannot match each other's.
+  // For point-to-point steps: the collective's number (modulo MPI_TAG_UB + 1), so
+  // that the messages of collectives in flight on several streams at once cannot
+  // match each other's.
   int tag = 0;
 };
 
@@ -171,24 +173,30 @@ int post_exchange(const ExchangeSum& x, InFlight& op) {
   return err;
 }
 
-int start_exchange(const ExchangeSum& x, StagingPool& pool, uint64_t bytes, InFlight& op) {
-  op.scratch = pool.take(bytes);
+int start_exchange(const ExchangeSum& x, uint64_t bytes, InFlight& op) {
+  op.scratch = std::make_shared_for_overwrite<uint8_t[]>(bytes);
   op.scratch_bytes = bytes;
   op.exchange = x;
   return post_exchange(x, op);
 }
 
-// After a step's receive and send completed: adds the partner's sums to ours and posts
-// the next step, or sets *finished. Call with mpi_mutex() held.
+// After a step's receive and send completed: adds the partner's sums to ours, the
+// lower rank's first on both sides (so that even NaN payloads agree), and posts the
+// next step, or sets *finished. Call with mpi_mutex() held.
 int next_exchange_step(InFlight& op, bool* finished) {
   ExchangeSum& x = *op.exchange;
+  const bool mine_first = x.rank < (x.rank ^ x.step);
   if (x.bf16) {
-    int n = x.count;
-    sum_bf16(op.scratch.get(), x.data, &n, nullptr);
+    auto* mine = reinterpret_cast<uint16_t*>(x.data);
+    const auto* theirs = reinterpret_cast<const uint16_t*>(op.scratch.get());
+    for (int i = 0; i < x.count; ++i) {
+      const float a = isa::bf16_to_f32(mine[i]), b = isa::bf16_to_f32(theirs[i]);
+      mine[i] = isa::f32_to_bf16(mine_first ? a + b : b + a);
+    }
   } else {
-    float* mine = reinterpret_cast<float*>(x.data);
-    const float* theirs = reinterpret_cast<const float*>(op.scratch.get());
-    for (int i = 0; i < x.count; ++i) mine[i] += theirs[i];
+    auto* mine = reinterpret_cast<float*>(x.data);
+    const auto* theirs = reinterpret_cast<const float*>(op.scratch.get());
+    for (int i = 0; i < x.count; ++i) mine[i] = mine_first ? mine[i] + theirs[i] : theirs[i] + mine[i];
   }
   x.step <<= 1;
   *finished = x.step >= x.size;
@@ -282,6 +290,9 @@ struct MpiCommunicator::Group {
   const CommOptions options;
   int rank = 0;
   int size = 0;
+  // The largest tag MPI allows (at least 32767; Open MPI's is 2^31 - 1): exchange
+  // messages carry their collective's number modulo this plus one.
+  int tag_ub = 32767;
   MPI_Comm stream_comm = MPI_COMM_NULL;  // the streams' collectives
   MPI_Comm host_comm = MPI_COMM_NULL;    // agree(), which must not interleave with them
   MPI_Op bf16_sum = MPI_OP_NULL;
@@ -325,16 +336,15 @@ Status MpiCommunicator::Group::run(const char* name, uint64_t seq, const Status&
   }
   NPURT_RETURN_IF_ERROR(wait_for_turn(seq, deadline, what));
   InFlight op;
-  op.tag = static_cast<int>(seq % 32768);  // MPI_TAG_UB is at least 32767
-  int err = MPI_SUCCESS;
+  op.tag = static_cast<int>(seq % (static_cast<uint64_t>(tag_ub) + 1));
+  Status failed;
   {
     std::lock_guard<std::mutex> lock(mpi_mutex());
-    err = start(stream_comm, bytes, &op);
+    if (const int err = start(stream_comm, bytes, &op); err != MPI_SUCCESS) failed = mpi_error(err, what.str());
   }
-  if (err != MPI_SUCCESS) {
+  if (!failed.ok()) {
     // A receive posted before the failed send may still be written.
     keep_scratch(op);
-    Status failed = mpi_error(err, what.str());
     break_stream(failed);
     return failed;
   }
@@ -380,7 +390,7 @@ Status MpiCommunicator::Group::poll(InFlight& op, Clock::time_point deadline, co
                                     bool abandonable) {
   constexpr auto kBusyFor = std::chrono::milliseconds(50);
   constexpr auto kLongestNap = std::chrono::microseconds(1000);
-  const Clock::time_point busy_until = deadline - options.timeout + kBusyFor;
+  const Clock::time_point busy_until = Clock::now() + kBusyFor;
   auto nap = std::chrono::microseconds(50);
   for (uint32_t tests = 1;; ++tests) {
     int done = 0;
@@ -467,6 +477,12 @@ StatusOr<std::shared_ptr<MpiCommunicator>> MpiCommunicator::create(std::shared_p
   }
   MPI_Comm_rank(group->stream_comm, &group->rank);
   MPI_Comm_size(group->stream_comm, &group->size);
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has_tag_ub) == MPI_SUCCESS && has_tag_ub != 0 &&
+      *tag_ub > group->tag_ub) {
+    group->tag_ub = *tag_ub;
+  }
   if (const int err = MPI_Op_create(&sum_bf16, /*commute=*/1, &group->bf16_sum); err != MPI_SUCCESS) {
     return mpi_error(err, "MpiCommunicator::create: the bf16 sum");
   }
@@ -632,11 +648,11 @@ Status MpiCommunicator::all_reduce(hal::StreamId stream, const View& data, isa::
                         .size = n};
     const uint64_t bytes = data.size();
     return issue_collective(*runtime_, group_, "all_reduce", stream, args, plan, bytes,
-                            [x, bytes, pool = group_->staging](MPI_Comm comm, const MpiBuffers& b, InFlight* op) {
+                            [x, bytes](MPI_Comm comm, const MpiBuffers& b, InFlight* op) {
                               ExchangeSum in_place = x;
                               in_place.comm = comm;
                               in_place.data = b.recv;
-                              return start_exchange(in_place, *pool, bytes, *op);
+                              return start_exchange(in_place, bytes, *op);
                             });
   }
   return issue_collective(*runtime_, group_, "all_reduce", stream, args, plan, data.size(),

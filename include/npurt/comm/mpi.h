@@ -16,10 +16,10 @@
 // CUDA-aware MPI on device pointers); elsewhere, or with CommOptions::device_direct
 // off, the bytes are copied into host staging memory first and the result back. An
 // all-reduce of at most 8 KiB on a power-of-two number of ranks runs as pairwise
-// exchanges of nonblocking sends and receives (recursive doubling; the same bits on
-// every rank), which on shared memory cost what the blocking MPI_Allreduce does where
-// MPI_Iallreduce costs twice that; its messages are tagged with the collective's
-// number.
+// exchanges of nonblocking sends and receives (recursive doubling, each pair adding
+// in one order: the same bytes on every rank), which on shared memory cost what the
+// blocking MPI_Allreduce does where MPI_Iallreduce costs twice that; its messages are
+// tagged with the collective's number.
 //
 // Ordering across streams: MPI matches collectives by the order in which each rank
 // starts them. A rank starts its collectives in the order it issued them (their
