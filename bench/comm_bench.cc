@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     const double gb = static_cast<double>(k.elements * sizeof(float)) / 1e9;
     const double peer_bw = gb / (r.peer_us * 1e-6), ours_bw = gb / (r.ours_us * 1e-6);
     if (c->rank() == 0) {
-      std::printf("%-18s %9.1f %9.1f %7.2f %9.1f %7.2f %10.2f %10.2f %7.2f %14.1f %15.1f\n", k.name, r.peer_us,
+      std::printf("%-18s %9.2f %9.2f %7.2f %9.2f %7.2f %10.2f %10.2f %7.2f %14.2f %15.2f\n", k.name, r.peer_us,
                   r.ours_us, r.ours_us / r.peer_us, r.staged_us, r.staged_us / r.peer_us, peer_bw, ours_bw,
                   ours_bw / peer_bw, r.nonblocking_us, r.stream_us);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <climits>
@@ -173,8 +174,21 @@ int post_exchange(const ExchangeSum& x, InFlight& op) {
   return err;
 }
 
+// The receive memory of an exchange: the one this thread used last when no one else
+// holds it any more (a collective that timed out keeps its own until exit) and it has
+// the size (so kept_bytes stays exact), else a new one.
+std::shared_ptr<uint8_t[]> exchange_scratch(uint64_t bytes) {
+  thread_local std::shared_ptr<uint8_t[]> spare;
+  thread_local uint64_t spare_bytes = 0;
+  if (!spare || spare.use_count() != 1 || spare_bytes != bytes) {
+    spare = std::make_shared_for_overwrite<uint8_t[]>(bytes);
+    spare_bytes = bytes;
+  }
+  return spare;
+}
+
 int start_exchange(const ExchangeSum& x, uint64_t bytes, InFlight& op) {
-  op.scratch = std::make_shared_for_overwrite<uint8_t[]>(bytes);
+  op.scratch = exchange_scratch(bytes);
   op.scratch_bytes = bytes;
   op.exchange = x;
   return post_exchange(x, op);
@@ -243,29 +257,32 @@ struct MpiCommunicator::Group {
     return std::string(label_text(name, seq, text));
   }
   // The number the next stream collective gets; call with issue_mu held.
-  uint64_t next_seq() {
-    std::lock_guard<std::mutex> lock(mu);
-    return issued + 1;
-  }
+  uint64_t next_seq() const { return issued + 1; }
   // The label the next stream collective gets; call with issue_mu held.
   std::string next_label(const char* name) { return label(name, next_seq()); }
   // OK while stream collectives can still match their peers'.
   Status stream_usable(std::string_view what) {
+    if (!broken.load(std::memory_order_acquire)) return ok_status();
     std::lock_guard<std::mutex> lock(mu);
     if (stream_broken.ok()) return ok_status();
     return failed_precondition(std::string(what) + ": the communicator is unusable since " + stream_broken.message());
   }
-  // Its number is taken: the collective's host function is on the stream.
+  // Its number is taken: the collective's host function is on the stream. Call with
+  // issue_mu held.
   void commit(uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu);
     ++issued;
-    ++stats.collectives;
-    stats.bytes += bytes;
+    issued_bytes += bytes;
+  }
+  // The first failure breaks them; call with mu held.
+  void set_broken(const Status& why) {
+    if (!stream_broken.ok()) return;
+    stream_broken = why;
+    broken.store(true, std::memory_order_release);
   }
   void break_stream(const Status& why) {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (stream_broken.ok()) stream_broken = why;
+      set_broken(why);
     }
     turn.notify_all();
   }
@@ -282,7 +299,7 @@ struct MpiCommunicator::Group {
     if (!op.scratch || hazard_on(Hazard::kReusesAbandonedMpiMemory)) return;
     {
       std::lock_guard<std::mutex> lock(mu);
-      stats.kept_bytes += op.scratch_bytes;
+      kept_bytes += op.scratch_bytes;
     }
     keep_until_exit(op.scratch);
   }
@@ -300,16 +317,19 @@ struct MpiCommunicator::Group {
 
   // One collective issued at a time: the number in its label is the one it runs under.
   std::mutex issue_mu;
+  uint64_t issued = 0;        // stream collectives numbered so far (guarded by issue_mu)
+  uint64_t issued_bytes = 0;  // of their views (guarded by issue_mu)
   std::mutex agree_mu;
 
   std::mutex mu;
   std::condition_variable turn;  // `started` moved or the stream collectives broke
-  uint64_t issued = 0;           // stream collectives numbered so far (guarded by mu)
   uint64_t started = 0;          // of them, those started in order (guarded by mu)
   Status stream_broken;          // the first failure of a stream collective (guarded by mu)
+  // !stream_broken.ok(), readable without mu: issuers and pollers look at it every time.
+  std::atomic<bool> broken{false};
   uint64_t agreements = 0;       // guarded by agree_mu
   Status host_broken;            // the first failure of agree() (guarded by agree_mu)
-  CommStats stats;               // guarded by mu
+  uint64_t kept_bytes = 0;       // guarded by mu
 };
 
 MpiCommunicator::Group::~Group() {
@@ -374,7 +394,7 @@ Status MpiCommunicator::Group::wait_for_turn(uint64_t seq, Clock::time_point dea
   Status late = deadline_exceeded(what.str() + ": collective #" + std::to_string(started + 1) +
                                     " of this rank, issued before it on another stream, did not start within " +
                                     std::to_string(options.timeout.count()) + " ms");
-  stream_broken = late;
+  set_broken(late);
   lock.unlock();
   turn.notify_all();
   return late;
@@ -390,7 +410,7 @@ Status MpiCommunicator::Group::poll(InFlight& op, Clock::time_point deadline, co
                                     bool abandonable) {
   constexpr auto kBusyFor = std::chrono::milliseconds(50);
   constexpr auto kLongestNap = std::chrono::microseconds(1000);
-  const Clock::time_point busy_until = Clock::now() + kBusyFor;
+  Clock::time_point busy_until;  // from the first test that finds it still running
   auto nap = std::chrono::microseconds(50);
   for (uint32_t tests = 1;; ++tests) {
     int done = 0;
@@ -406,12 +426,13 @@ Status MpiCommunicator::Group::poll(InFlight& op, Clock::time_point deadline, co
     }
     if (done != 0) return ok_status();
     const Clock::time_point now = Clock::now();
+    if (tests == 1) busy_until = now + kBusyFor;
     if (now >= deadline) {
       *timed_out = true;
       return deadline_exceeded(what.str() + ": peers did not arrive within " + std::to_string(options.timeout.count()) +
                                " ms");
     }
-    if (abandonable) {
+    if (abandonable && broken.load(std::memory_order_acquire)) {
       // abort() gave up on it: MPI may still write the staging memory, as after a timeout.
       std::lock_guard<std::mutex> lock(mu);
       if (!stream_broken.ok()) {
@@ -499,8 +520,15 @@ void MpiCommunicator::abort(const Status& why) {
 }
 
 CommStats MpiCommunicator::stats() const {
+  CommStats s;
+  {
+    std::lock_guard<std::mutex> lock(group_->issue_mu);
+    s.collectives = group_->issued;
+    s.bytes = group_->issued_bytes;
+  }
   std::lock_guard<std::mutex> lock(group_->mu);
-  return group_->stats;
+  s.kept_bytes = group_->kept_bytes;
+  return s;
 }
 
 namespace {

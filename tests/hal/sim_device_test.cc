@@ -222,6 +222,34 @@ TEST(SimDevice, EventQueryIsNonBlocking) {
   EXPECT_EQ(dev->event_query(ev).status().code(), StatusCode::kNotFound);
 }
 
+// An event recorded behind a queued command rides on that command: it completes with
+// it, with its error, and no later than the stream counts the command done.
+TEST(SimDevice, AnEventRecordedBehindAQueuedCommandCompletesWithIt) {
+  auto dev = make_sim();
+  auto s = dev->create_stream().value();
+  auto ok_event = dev->create_event().value();
+  auto failed_event = dev->create_event().value();
+  for (int round = 0; round < 200; ++round) {
+    StreamGate gate(*dev, s);
+    NPURT_ASSERT_OK(dev->enqueue_host_function(s, [](const Status&) { return ok_status(); }));
+    NPURT_ASSERT_OK(dev->record_event(s, ok_event));
+    NPURT_ASSERT_OK(dev->enqueue_host_function(s, [](const Status&) { return internal_error("host work failed"); }));
+    NPURT_ASSERT_OK(dev->record_event(s, failed_event));
+    ASSERT_FALSE(dev->event_query(ok_event).value());
+    ASSERT_FALSE(dev->event_query(failed_event).value());
+    gate.open();
+    ASSERT_TRUE(contains(dev->stream_synchronize(s), "host work failed"));
+    // Queried right after the stream is done: both events are done as well.
+    ASSERT_TRUE(dev->event_query(ok_event).value());
+    const StatusOr<bool> failed = dev->event_query(failed_event);
+    ASSERT_FALSE(failed.ok());
+    ASSERT_TRUE(contains(failed.status(), "host work failed")) << failed.status().to_string();
+    // The stream stays in error: a fresh one for the next round.
+    NPURT_ASSERT_OK(dev->destroy_stream(s));
+    s = dev->create_stream().value();
+  }
+}
+
 TEST(SimDevice, EventAfterAFaultReportsTheFaultToWaiters) {
   auto dev = make_sim();
   auto s = dev->create_stream().value();

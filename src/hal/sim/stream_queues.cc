@@ -44,6 +44,11 @@ struct Command {
   std::shared_ptr<hal::Device> peer{};  // kToPeer: the destination device, kept alive
   SimMemory* peer_memory = nullptr;     // kToPeer: its memory
   std::function<Status(const Status&)> host_fn{};  // kHost
+  // An event recorded right behind this command while it was still queued: signaled
+  // when the command completes, as a record command queued after it would be, without
+  // a command of its own to queue, claim and complete.
+  std::shared_ptr<SimEvent> signals{};
+  uint64_t signal_seq = 0;
 };
 
 struct SimStream {
@@ -437,6 +442,12 @@ Status StreamQueues::enqueue(StreamId id, Command&& c) {
     std::lock_guard<std::mutex> lock(s->mu);
     if (!s->error.ok()) return s->error.with_context("stream " + std::to_string(id.value()) + " is in an error state");
     if (s->stopping) return failed_precondition("stream " + std::to_string(id.value()) + " is being destroyed");
+    if (c.kind == Command::Kind::kRecord && !s->queue.empty() && !s->queue.back().signals && !trace::enabled()) {
+      Command& last = s->queue.back();
+      last.signals = std::move(c.event);
+      last.signal_seq = c.event_seq;
+      return ok_status();  // nothing new to run: no one to wake
+    }
     s->queue.push_back(std::move(c));
     ++s->enqueued;
     s->posted.store(s->enqueued, std::memory_order_release);
@@ -514,6 +525,8 @@ void StreamQueues::run_claimed(SimStream& s, Command& c, const Status& prior) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (!st.ok() && s.error.ok()) s.error = st;
     if (s.abort_requested.load() && s.error.ok()) s.error = aborted(s.abort_reason);
+    // Under the lock: the record counts as done no later than the command does.
+    if (c.signals) signal(*c.signals, c.signal_seq, s.error);
     s.executing = false;
     more = !s.queue.empty() || s.stopping;
     s.completed.fetch_add(1, std::memory_order_release);
