@@ -143,9 +143,8 @@ class Device {
   // is ignored.
   virtual Status enqueue_host_function(StreamId stream, std::function<Status(const Status& stream_error)> fn) = 0;
   // How many commands the stream has been given since it was created: the position
-  // the next command enqueued on it takes (positions count from 0). An event record
-  // may take none: behind a command still queued it completes with that command.
-  // kUnimplemented where the driver does not count them.
+  // the next command enqueued on it takes (positions count from 0). kUnimplemented
+  // where the driver does not count them.
   virtual StatusOr<uint64_t> stream_position(StreamId stream);
   // Lends the calling thread to the stream: runs the stream's next command here, now,
   // when it may run on a host thread (none of the stream's commands is executing and

@@ -60,6 +60,8 @@ class StreamQueues {
   Status copy_to_peer(hal::StreamId stream, std::shared_ptr<hal::Device> peer, SimMemory& peer_memory,
                       hal::DeviceAddr dst, hal::DeviceAddr src, uint64_t bytes);
   Status enqueue_host_function(hal::StreamId stream, std::function<Status(const Status&)> fn);
+  // Counts the commands queued: an event recorded behind a command still queued rides
+  // on that command (it completes with it) and takes no position of its own.
   StatusOr<uint64_t> stream_position(hal::StreamId stream);
   StatusOr<bool> run_next_command(hal::StreamId stream, const std::function<bool(uint64_t)>& wanted);
   Status launch(hal::StreamId stream, const hal::LaunchParams& p);
