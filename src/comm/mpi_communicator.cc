@@ -62,11 +62,16 @@ void keep_until_exit(std::shared_ptr<void> memory) {
   kept->push_back(std::move(memory));
 }
 
-// bf16 sums for MPI: each addition in f32, rounded to bf16 once (nearest even).
+// One bf16 addition: in f32, `first` + `second`, rounded to bf16 once (nearest even).
+uint16_t add_bf16(uint16_t first, uint16_t second) {
+  return isa::f32_to_bf16(isa::bf16_to_f32(first) + isa::bf16_to_f32(second));
+}
+
+// bf16 sums for MPI.
 void sum_bf16(void* in, void* inout, int* length, MPI_Datatype*) {
   const auto* a = static_cast<const uint16_t*>(in);
   auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *length; ++i) b[i] = isa::f32_to_bf16(isa::bf16_to_f32(a[i]) + isa::bf16_to_f32(b[i]));
+  for (int i = 0; i < *length; ++i) b[i] = add_bf16(a[i], b[i]);
 }
 
 // Host memory for the bytes of collectives in flight, kept for reuse: a fresh block
@@ -203,10 +208,7 @@ int next_exchange_step(InFlight& op, bool* finished) {
   if (x.bf16) {
     auto* mine = reinterpret_cast<uint16_t*>(x.data);
     const auto* theirs = reinterpret_cast<const uint16_t*>(op.scratch.get());
-    for (int i = 0; i < x.count; ++i) {
-      const float a = isa::bf16_to_f32(mine[i]), b = isa::bf16_to_f32(theirs[i]);
-      mine[i] = isa::f32_to_bf16(mine_first ? a + b : b + a);
-    }
+    for (int i = 0; i < x.count; ++i) mine[i] = mine_first ? add_bf16(mine[i], theirs[i]) : add_bf16(theirs[i], mine[i]);
   } else {
     auto* mine = reinterpret_cast<float*>(x.data);
     const auto* theirs = reinterpret_cast<const float*>(op.scratch.get());
