@@ -53,17 +53,26 @@ HWY_INLINE FV FmaF(FV a, FV b, FV c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; 
 // As FmaF in lanes 0..7; lanes 8..15 keep c.
 HWY_INLINE FV FmaLowF(FV a, FV b, FV c) { return {_mm512_mask3_fmadd_ps(a.v, b.v, c.v, 0x00ff)}; }
 HWY_INLINE FV ToF(IV a) { return {_mm512_cvtepi32_ps(a.v)}; }
-// [a x 8, b x 8]
-HWY_INLINE FV SplatHalves(float a, float b) { return {_mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1)}; }
+// [f16 at a as f32] x 8, [f16 at b] x 8 (exact): each half broadcast as words, then
+// one conversion, where converting each alone and splatting the floats costs twice
+// the instructions (Q*_0 do it for every 64 values).
+HWY_INLINE FV HalvesAt(const uint8_t* a, const uint8_t* b) {
+  uint16_t ha, hb;
+  std::memcpy(&ha, a, 2);
+  std::memcpy(&hb, b, 2);
+  const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<short>(ha))),
+                                            _mm_set1_epi16(static_cast<short>(hb)), 1);
+  return {_mm512_cvtph_ps(h)};
+}
 // Lane l of the result is lane idx[l] of a (idx: 16 values in 0..15).
 HWY_INLINE FV PermuteF(FV a, const int32_t* idx) { return {_mm512_permutexvar_ps(_mm512_loadu_si512(idx), a.v)}; }
 HWY_INLINE F8 UpperF8(FV a) { return {_mm512_extractf32x8_ps(a.v, 1)}; }
-// f32(b[l]) * (l < 8 ? lo : hi) for the 16 bytes at b (u8, or i8 with kSigned).
+// f32(b[l]) * scale[l] for the 16 bytes at b (u8, or i8 with kSigned).
 template <bool kSigned>
-HWY_INLINE FV ScaleBytes(const void* b, float lo, float hi) {
+HWY_INLINE FV ScaleBytes(const void* b, FV scale) {
   const __m128i v = _mm_loadu_si128(static_cast<const __m128i*>(b));
   const __m512i i = kSigned ? _mm512_cvtepi8_epi32(v) : _mm512_cvtepu8_epi32(v);
-  return MulF(SplatHalves(lo, hi), {_mm512_cvtepi32_ps(i)});
+  return MulF(scale, {_mm512_cvtepi32_ps(i)});
 }
 HWY_INLINE float Tree8(__m256 v) {
   const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -119,7 +128,9 @@ HWY_INLINE BV AddSixteenWhere(BV a, const uint8_t* lo, const uint8_t* hi) {
   uint32_t l, h;
   std::memcpy(&l, lo, 4);
   std::memcpy(&h, hi, 4);
-  const __mmask64 bits = l | uint64_t{h} << 32;
+  // Each word into a mask register, the two joined there (kunpckdq), not in a 64-bit
+  // general register first.
+  const __mmask64 bits = _mm512_kunpackd(_cvtu32_mask32(h), _cvtu32_mask32(l));
   return {_mm512_mask_add_epi8(a.v, bits, a.v, _mm512_set1_epi8(16))};
 }
 
@@ -152,7 +163,12 @@ HWY_INLINE FV MulF(FV a, FV b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_p
 HWY_INLINE FV FmaF(FV a, FV b, FV c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
 HWY_INLINE FV FmaLowF(FV a, FV b, FV c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), c.hi}; }
 HWY_INLINE FV ToF(IV a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
-HWY_INLINE FV SplatHalves(float a, float b) { return {_mm256_set1_ps(a), _mm256_set1_ps(b)}; }
+HWY_INLINE FV HalvesAt(const uint8_t* a, const uint8_t* b) {
+  uint16_t ha, hb;
+  std::memcpy(&ha, a, 2);
+  std::memcpy(&hb, b, 2);
+  return {_mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(ha))), _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(hb)))};
+}
 // Lane l of the result is lane idx[l] of a; lanes 0..7 and 8..15 of the result each
 // take lanes from one half of a (as every caller's idx does).
 HWY_INLINE FV PermuteF(FV a, const int32_t* idx) {
@@ -162,13 +178,13 @@ HWY_INLINE FV PermuteF(FV a, const int32_t* idx) {
 }
 HWY_INLINE F8 UpperF8(FV a) { return {a.hi}; }
 template <bool kSigned>
-HWY_INLINE FV ScaleBytes(const void* b, float lo, float hi) {
+HWY_INLINE FV ScaleBytes(const void* b, FV scale) {
   const auto* p = static_cast<const uint8_t*>(b);
   const __m128i v0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
   const __m128i v1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8));
   const __m256i i0 = kSigned ? _mm256_cvtepi8_epi32(v0) : _mm256_cvtepu8_epi32(v0);
   const __m256i i1 = kSigned ? _mm256_cvtepi8_epi32(v1) : _mm256_cvtepu8_epi32(v1);
-  return {_mm256_mul_ps(_mm256_set1_ps(lo), _mm256_cvtepi32_ps(i0)), _mm256_mul_ps(_mm256_set1_ps(hi), _mm256_cvtepi32_ps(i1))};
+  return {_mm256_mul_ps(scale.lo, _mm256_cvtepi32_ps(i0)), _mm256_mul_ps(scale.hi, _mm256_cvtepi32_ps(i1))};
 }
 HWY_INLINE float Tree8(__m256 v) {
   const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -249,14 +265,20 @@ HWY_INLINE FV FmaF(FV a, FV b, FV c) { for (int l = 0; l < 16; ++l) c.v[l] = std
 HWY_INLINE FV FmaLowF(FV a, FV b, FV c) { for (int l = 0; l < 8; ++l) c.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return c; }
 HWY_INLINE FV ToF(IV a) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = static_cast<float>(a.v[l]); return r; }
 HWY_INLINE FV SplatHalves(float a, float b) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = l < 8 ? a : b; return r; }
+HWY_INLINE FV HalvesAt(const uint8_t* a, const uint8_t* b) {
+  uint16_t ha, hb;
+  std::memcpy(&ha, a, 2);
+  std::memcpy(&hb, b, 2);
+  return SplatHalves(isa::f16_to_f32(ha), isa::f16_to_f32(hb));
+}
 HWY_INLINE FV PermuteF(FV a, const int32_t* idx) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = a.v[idx[l]]; return r; }
 HWY_INLINE F8 UpperF8(FV a) { F8 r; std::memcpy(r.v, a.v + 8, sizeof r.v); return r; }
 template <bool kSigned>
-HWY_INLINE FV ScaleBytes(const void* b, float lo, float hi) {
+HWY_INLINE FV ScaleBytes(const void* b, FV scale) {
   FV r;
   for (int l = 0; l < 16; ++l) {
     const int v = kSigned ? static_cast<const int8_t*>(b)[l] : static_cast<const uint8_t*>(b)[l];
-    r.v[l] = (l < 8 ? lo : hi) * static_cast<float>(v);
+    r.v[l] = scale.v[l] * static_cast<float>(v);
   }
   return r;
 }

@@ -7,18 +7,6 @@
 // values; Piece gives the piece's unsigned weight bytes in the order the prepared x's
 // digits follow, Scale the per-lane d (or d * sc) of those bytes.
 
-// The f16 at p as f32 (exact): by F16C where the target has it (the software decode
-// is a dozen scalar operations, more than a piece's products).
-HWY_INLINE float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  return _cvtsh_ss(h);
-#else
-  return isa::f16_to_f32(h);
-#endif
-}
-
 // Q8_0 (kBits 8), Q4_0 (4), Q5_0 (5): a unit is two blocks, a and b (b == a for the
 // odd last block of a row, whose second half then adds nothing); its one piece holds
 // block a's 32 values in bytes 0..31 and b's in 32..63. w: [d_a x 8, d_b x 8].
@@ -30,7 +18,7 @@ struct Q0 {
   static constexpr size_t kUnitBytes = 2 * kBlockBytes, kPieces = 1;
   static constexpr Layout kLayout{64, 32, kBits == 8 ? 128 : kBits == 4 ? 8 : 16, false, false};
   static constexpr const int32_t* kIndex = nullptr;  // w is per lane already
-  static HWY_INLINE FV Load(const uint8_t* a, const uint8_t* b) { return SplatHalves(HalfAt(a), HalfAt(b)); }
+  static HWY_INLINE FV Load(const uint8_t* a, const uint8_t* b) { return HalvesAt(a, b); }
   static HWY_INLINE BV Piece(const uint8_t* a, const uint8_t* b, size_t) {
     if constexpr (kBits == 8) {
       return XorB(LoadB2(a + offsetof(isa::BlockQ8_0, qs), b + offsetof(isa::BlockQ8_0, qs)), 0x80);
@@ -73,7 +61,7 @@ struct QK {
     u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
     u[2] = mins_lo;
     u[0] &= kLow6;
-    return ScaleBytes<false>(u, HalfAt(a + offsetof(Block, d)), HalfAt(a + offsetof(Block, dmin)));
+    return ScaleBytes<false>(u, HalvesAt(a + offsetof(Block, d), a + offsetof(Block, dmin)));
   }
   static HWY_INLINE BV Piece(const uint8_t* a, const uint8_t*, size_t p) {
     const BV w = LoadB(a + offsetof(Block, qs) + 64 * (p / 2));
@@ -95,8 +83,8 @@ struct Q6 {
   static constexpr Layout kLayout{256, 16, 32, false, false};
   static constexpr const int32_t (*kIndex)[16] = kIndexQ6;
   static HWY_INLINE FV Load(const uint8_t* a, const uint8_t*) {
-    const float d = HalfAt(a + offsetof(isa::BlockQ6_K, d));
-    return ScaleBytes<true>(a + offsetof(isa::BlockQ6_K, scales), d, d);
+    const uint8_t* d = a + offsetof(isa::BlockQ6_K, d);
+    return ScaleBytes<true>(a + offsetof(isa::BlockQ6_K, scales), HalvesAt(d, d));
   }
   static HWY_INLINE BV Piece(const uint8_t* a, const uint8_t*, size_t p) {
     const size_t half = p / 2;
