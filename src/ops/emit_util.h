@@ -57,6 +57,24 @@ inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks
   b.alui(AluOp::kMax, count, count, 0);
 }
 
+// As emit_block_range, with the items left over spread one each over the first blocks:
+// block b handles chunks / grid items, one more if b < chunks % grid. The largest share
+// is the same, but no block sits idle while another holds two (10 items over 8 blocks:
+// 2, 2, 1, 1, 1, 1, 1, 1 rather than 2, 2, 2, 2, 2, 0, 0, 0), which matters where one
+// host thread runs several blocks in turn. `chunks` >= `grid`.
+inline void emit_even_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks, int64_t grid, isa::Reg first,
+                                  isa::Reg count) {
+  const int64_t base = chunks / grid, rem = chunks % grid;
+  b.alui(AluOp::kMin, count, bid, rem);  // the longer ranges before this block
+  b.alui(AluOp::kMul, first, bid, base);
+  b.alu(AluOp::kAdd, first, first, count);
+  b.li(count, rem);  // count = base + (bid < rem)
+  b.alu(AluOp::kSub, count, count, bid);
+  b.alui(AluOp::kMax, count, count, 0);
+  b.alui(AluOp::kMin, count, count, 1);
+  b.alui(AluOp::kAdd, count, count, base);
+}
+
 // emit_block_range for a number of work items known only at run time: `chunks` holds
 // it; `per` is left holding ceil(chunks / grid). A negative count gives every block
 // count 0.

@@ -61,6 +61,10 @@ std::vector<GemmCase> gemm_cases() {
   for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
     for (uint64_t rows : kChunkLengths) v.push_back({t, 64, 2048, 512, rows});
   }
+  // 10 tiles of 64 features over 8 blocks (2, 2, 1, ..., 1), and 9 over 8 with a short
+  // last one: every block's range, including the first after the longer ones.
+  v.push_back({DType::kQ5_0, 640, 640, 65, 0});
+  v.push_back({DType::kQ8_0, 8 * 64 + 16, 640, 512, 33});
   return v;
 }
 
