@@ -44,26 +44,14 @@ inline int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
 inline uint64_t align64(uint64_t v) { return round_up(v, 64); }
 
 // Splits `chunks` work items into contiguous ranges, one per block of a `grid`-block
-// launch: block b handles [first, first + count) with per = ceil(chunks / grid),
-// first = b * per and count = clamp(chunks - first, 0, per). Emits code that leaves
-// `first` and `count` in registers (`bid` must hold the block id).
+// launch: block b handles chunks / grid items, one more if b < chunks % grid, from
+// first = b * (chunks / grid) + min(b, chunks % grid). The largest share is
+// ceil(chunks / grid), and no block sits idle while another holds two (10 items over 8
+// blocks: 2, 2, 1, 1, 1, 1, 1, 1 rather than 2, 2, 2, 2, 2, 0, 0, 0), which matters
+// where one host thread runs several blocks in turn. Emits code that leaves `first`
+// and `count` in registers (`bid` must hold the block id).
 inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks, int64_t grid, isa::Reg first,
                              isa::Reg count) {
-  const int64_t per = (chunks + grid - 1) / grid;
-  b.alui(AluOp::kMul, first, bid, per);
-  b.li(count, chunks);
-  b.alu(AluOp::kSub, count, count, first);
-  b.alui(AluOp::kMin, count, count, per);
-  b.alui(AluOp::kMax, count, count, 0);
-}
-
-// As emit_block_range, with the items left over spread one each over the first blocks:
-// block b handles chunks / grid items, one more if b < chunks % grid. The largest share
-// is the same, but no block sits idle while another holds two (10 items over 8 blocks:
-// 2, 2, 1, 1, 1, 1, 1, 1 rather than 2, 2, 2, 2, 2, 0, 0, 0), which matters where one
-// host thread runs several blocks in turn. `chunks` >= `grid`.
-inline void emit_even_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks, int64_t grid, isa::Reg first,
-                                  isa::Reg count) {
   const int64_t base = chunks / grid, rem = chunks % grid;
   b.alui(AluOp::kMin, count, bid, rem);  // the longer ranges before this block
   b.alui(AluOp::kMul, first, bid, base);

@@ -109,7 +109,7 @@ StatusOr<uint32_t> WeightGemm::emit(EmitContext& ctx) const {
   const Tile tw{0}, tx{1}, ty{2};
 
   b.block_id(bid);
-  emit_even_block_range(b, bid, static_cast<int64_t>(tiles_m), grid, first, count);
+  emit_block_range(b, bid, static_cast<int64_t>(tiles_m), grid, first, count);
   if (p_.rows_runtime) {
     b.arg_value(total, ctx.arg(kRowsScalar));
   } else {

@@ -264,12 +264,13 @@ HWY_INLINE FV MulF(FV a, FV b) { for (int l = 0; l < 16; ++l) a.v[l] *= b.v[l]; 
 HWY_INLINE FV FmaF(FV a, FV b, FV c) { for (int l = 0; l < 16; ++l) c.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return c; }
 HWY_INLINE FV FmaLowF(FV a, FV b, FV c) { for (int l = 0; l < 8; ++l) c.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return c; }
 HWY_INLINE FV ToF(IV a) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = static_cast<float>(a.v[l]); return r; }
-HWY_INLINE FV SplatHalves(float a, float b) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = l < 8 ? a : b; return r; }
 HWY_INLINE FV HalvesAt(const uint8_t* a, const uint8_t* b) {
   uint16_t ha, hb;
   std::memcpy(&ha, a, 2);
   std::memcpy(&hb, b, 2);
-  return SplatHalves(isa::f16_to_f32(ha), isa::f16_to_f32(hb));
+  FV r;
+  for (int l = 0; l < 16; ++l) r.v[l] = isa::f16_to_f32(l < 8 ? ha : hb);
+  return r;
 }
 HWY_INLINE FV PermuteF(FV a, const int32_t* idx) { FV r; for (int l = 0; l < 16; ++l) r.v[l] = a.v[idx[l]]; return r; }
 HWY_INLINE F8 UpperF8(FV a) { F8 r; std::memcpy(r.v, a.v + 8, sizeof r.v); return r; }
