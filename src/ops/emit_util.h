@@ -77,6 +77,18 @@ inline void emit_block_range_at_run_time(isa::KernelBuilder& b, isa::Reg bid, is
   b.alui(AluOp::kMax, count, count, 0);
 }
 
+// The items bid, bid + grid, bid + 2 grid, ... of `chunks` (a register, known at run
+// time): count = ceil((chunks - bid) / grid), 0 when that is negative. For items whose
+// cost grows with their index (causal attention's query tiles), striding gives every
+// block nearly the same work where contiguous ranges give the last block the most.
+inline void emit_strided_count_at_run_time(isa::KernelBuilder& b, isa::Reg bid, isa::Reg chunks, int64_t grid,
+                                           isa::Reg count) {
+  b.alu(isa::AluOp::kSub, count, chunks, bid);
+  b.alui(isa::AluOp::kMax, count, count, 0);
+  b.alui(isa::AluOp::kAdd, count, count, grid - 1);
+  b.alui(isa::AluOp::kDiv, count, count, grid);
+}
+
 // off += count * stride: an offset moved by a register count of rows, tiles or
 // elements (clobbers `scratch`).
 inline void emit_advance(isa::KernelBuilder& b, isa::Reg off, isa::Reg count, int64_t stride, isa::Reg scratch) {

@@ -32,7 +32,7 @@ struct Layout {
 constexpr Reg kBlock{0}, kUnit{1}, kUnitCount{2}, kPos{3}, kRows{4}, kTmp{5}, kTmp2{6}, kI0{7}, kTokens{8},
     kQRows{9}, kP0{10}, kQOff{11}, kKvOff{12}, kCols{13}, kMaskOff{14}, kFull{15}, kLastCount{16}, kMHi{17},
     kClip{18}, kQStride{19}, kKvStride{20}, kScale{21}, kNegInf{22}, kZero{23}, kMaskStride{24}, kGroupOff{25},
-    kUnits{26}, kPer{27}, kTiles{28};
+    kUnits{26}, kTiles{28};
 constexpr Tile kQWide{0}, kQ{1}, kO{2}, kOWide{3}, kMax{4}, kTileMax{5}, kRescale{6}, kSum{7}, kTileSum{8},
     kScores{9}, kMask{10}, kKv{11};
 
@@ -140,7 +140,9 @@ StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
   b.block_id(kBlock);
   emit_ceil_div(b, kTiles, kRows, itq);
   b.alui(AluOp::kMul, kUnits, kTiles, p_.n_kv_heads);
-  emit_block_range_at_run_time(b, kBlock, kUnits, grid, kUnit, kUnitCount, kPer);
+  // A query tile's keys grow with its index (causal): block b takes units b, b + grid, ...
+  emit_strided_count_at_run_time(b, kBlock, kUnits, grid, kUnitCount);
+  b.mov(kUnit, kBlock);
 
   const auto def_rows = [&](Tile t, Reg rows, int cols, uint64_t at) {
     b.tdef(t, DType::kF32, rows, cols, static_cast<uint32_t>(at));
@@ -243,7 +245,7 @@ StatusOr<uint32_t> PrefillAttention::emit(EmitContext& ctx) const {
 
   b.tbin(BinOp::kDiv, kO, kO, kSum, isa::kBcastCol);
   b.tst(kOWide, out, kQOff, DType::kF32, kQStride);
-  b.alui(AluOp::kAdd, kUnit, kUnit, 1);
+  b.alui(AluOp::kAdd, kUnit, kUnit, grid);
   b.loop_end();
   b.reserve_local(static_cast<uint32_t>(lay.end()));
   return grid;

@@ -23,7 +23,7 @@ namespace npurt::hal {
 
 struct SimOptions {
   uint32_t num_cores = 8;
-  uint64_t global_memory_bytes = 1ull << 30;  // reserved lazily: untouched pages cost nothing
+  uint64_t global_memory_bytes = 1ull << 30;  // reserved lazily; an allocation commits its pages
   uint32_t local_memory_bytes = 256u << 10;   // per core
   uint32_t icache_line_bytes = 64;            // power of two, multiple of 16
   uint32_t icache_sets = 64;                  // power of two
