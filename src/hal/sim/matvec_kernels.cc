@@ -506,6 +506,14 @@ template <typename Dot>
 HWY_INLINE void StreamRows(const uint8_t* base, size_t stride, size_t rows, float* y, bool accumulate, const Dot& dot) {
   const auto put = [&](size_t i, float v) { y[i] = accumulate ? y[i] + v : v; };
   const size_t seg = rows / kStreams;
+  // The row loop prefetches kPrefetchBytes ahead of where it reads, so each stream's
+  // first bytes would come by demand misses, one latency after another; a core's share
+  // of a small GEMV (8 blocks of attn_k: 14 KB) is a third such bytes. Ask for them all
+  // at once.
+  const size_t lead = std::min(kPrefetchBytes, std::max<size_t>(seg, 1) * stride);
+  for (size_t s = 0; s < (seg ? kStreams : 1); ++s) {
+    for (size_t b = 0; b < lead; b += 64) hwy::Prefetch(base + s * seg * stride + b);
+  }
   for (size_t j = 0; j < seg; ++j) {
     const uint8_t* rp[kStreams];
     float v[kStreams];
