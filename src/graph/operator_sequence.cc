@@ -677,6 +677,9 @@ Status CompiledSequence::check_scalars(const Scalars& scalars) const {
 
 Status CompiledSequence::enqueue(hal::StreamId stream, const Scalars& scalars) {
   NPURT_RETURN_IF_ERROR(check_scalars(scalars));
+  // No raw write of ours happens between the kernels: each tracked arena's pages are
+  // scanned once, not once per kernel and view.
+  const MemoryContext::RawWriteScan scan = runtime_->memory().scan_raw_writes_once();
   std::vector<LaunchArg> args;
   for (const CompiledKernel& k : kernels_) {
     args.clear();

@@ -180,6 +180,16 @@ Status MemoryContext::enqueue_command(hal::StreamId stream, std::string_view nam
   return core.executor.command(core.plan, name, args, enqueue);
 }
 
+MemoryContext::RawWriteScan::RawWriteScan(std::shared_ptr<MemoryCore> core) : core_(std::move(core)) {
+  if (!core_->raw_writes.begin_scan_once()) core_.reset();
+}
+
+MemoryContext::RawWriteScan::~RawWriteScan() {
+  if (core_) core_->raw_writes.end_scan_once();
+}
+
+MemoryContext::RawWriteScan MemoryContext::scan_raw_writes_once() { return RawWriteScan(core_); }
+
 Status MemoryContext::synchronize() {
   MemoryCore& core = *core_;
   std::lock_guard<std::mutex> lock(core.mu);

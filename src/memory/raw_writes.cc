@@ -3,11 +3,64 @@
 #include <algorithm>
 
 namespace npurt::memory_detail {
+namespace {
+
+// The calling thread's scan-once scope: which RawWrites it is for, and the buffers
+// whose raw writes it collected so far.
+struct ScanOnce {
+  const RawWrites* owner = nullptr;
+  std::vector<const BufferState*> scanned;
+};
+thread_local ScanOnce t_scan_once;
+
+}  // namespace
+
+bool RawWrites::begin_scan_once() {
+  if (t_scan_once.owner != nullptr) return false;
+  t_scan_once.owner = this;
+  t_scan_once.scanned.clear();
+  return true;
+}
+
+void RawWrites::end_scan_once() {
+  if (t_scan_once.owner != this) return;
+  t_scan_once.owner = nullptr;
+  t_scan_once.scanned.clear();
+}
 
 Status RawWrites::absorb(BufferState& b, ByteRange r) {
   if (!b.tracker || r.begin >= r.end) return ok_status();
-  const uint64_t first = floor_to(r.begin, page_);
-  const uint64_t last = std::min(ceil_to(r.end, page_), b.mirror_bytes);
+  if (t_scan_once.owner == this) return absorb_once(b);
+  return collect(b, floor_to(r.begin, page_), std::min(ceil_to(r.end, page_), b.mirror_bytes));
+}
+
+Status RawWrites::absorb_once(BufferState& b) {
+  constexpr uint64_t kJoinGap = 1 << 20;
+  std::vector<const BufferState*>& scanned = t_scan_once.scanned;
+  if (std::find(scanned.begin(), scanned.end(), &b) != scanned.end()) return ok_status();
+  scanned.push_back(&b);
+  // The pages holding any byte that is not device-newer. A raw write into
+  // device-newer bytes loses to the device's anyway (record() only counts it), so
+  // their pages, the weights whose host copy was dropped among them, are left for a
+  // later scan that needs them: a host read fetching those bytes collects them first.
+  std::vector<ByteRange>& spans = once_spans_;
+  spans.clear();
+  b.map.for_each_in(0, b.size, [&](uint64_t s, uint64_t e, CoherenceState state) {
+    if (state == CoherenceState::kDeviceNewer) return;
+    const uint64_t first = floor_to(s, page_), last = std::min(ceil_to(e, page_), b.mirror_bytes);
+    // Spans a few device-newer pages apart are scanned as one: a page walk is cheaper
+    // than a system call.
+    if (!spans.empty() && spans.back().end + kJoinGap >= first) {
+      spans.back().end = std::max(spans.back().end, last);
+    } else {
+      spans.push_back({first, last});
+    }
+  });
+  for (const ByteRange& span : spans) NPURT_RETURN_IF_ERROR(collect(b, span.begin, span.end));
+  return ok_status();
+}
+
+Status RawWrites::collect(BufferState& b, uint64_t first, uint64_t last) {
   dirty_.clear();
   Status s = b.tracker->take_dirty(first, last, &dirty_);
   for (const ByteRange& d : dirty_) {

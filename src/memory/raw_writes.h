@@ -8,7 +8,8 @@
 // the bytes around the view on its first and last page ("margins", copied when the
 // guard was taken) count only where they changed.
 //
-// Not thread-safe: the core's mutex serializes every call.
+// Not thread-safe: the core's mutex serializes every call (the scan-once scope is
+// the calling thread's own).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,14 @@ class RawWrites {
   RawWrites(uint64_t page, MemoryStats& stats) : page_(page), stats_(&stats) {}
 
   // Records the dirty pages overlapping `r` as host writes and protects them again.
+  // Inside this thread's scan-once scope: those of every page of the buffer that
+  // holds a byte not device-newer, at its first use in the scope, and nothing at
+  // later uses.
   Status absorb(BufferState& b, ByteRange r);
+  // The calling thread's scan-once scope (MemoryContext::RawWriteScan): false, and
+  // nothing changes, when one is already active on this thread.
+  bool begin_scan_once();
+  void end_scan_once();
   // Raw bytes `r` may have been written: host-newer, except device-newer bytes.
   void record(BufferState& b, ByteRange r);
 
@@ -46,6 +54,10 @@ class RawWrites {
   void close_guard(BufferState& b, ByteRange r, const GuardMargins* margins);
 
  private:
+  // absorb() inside a scan-once scope.
+  Status absorb_once(BufferState& b);
+  // Records the dirty pages in [first, last) (page-aligned) and protects them again.
+  Status collect(BufferState& b, uint64_t first, uint64_t last);
   // Records host writes to the bytes from `begin` on that differ from `before`.
   void record_changed_bytes(BufferState& b, uint64_t begin, std::span<const uint8_t> before);
 
@@ -54,6 +66,7 @@ class RawWrites {
   // Scratch reused by every call, so steady state allocates nothing.
   std::vector<ByteRange> dirty_;
   std::vector<ByteRange> pieces_;
+  std::vector<ByteRange> once_spans_;
 };
 
 }  // namespace npurt::memory_detail

@@ -435,6 +435,50 @@ TEST_P(TrackedMode, RawWritesBesideDeviceNewerBytesKeepTheDevicesBytes) {
   EXPECT_EQ(rig.device_floats(t, t.view())[3 * kTile], 5.f);
 }
 
+// ---- Tracked mode: one scan for several launches -----------------------------------------
+//
+// Inside MemoryContext::scan_raw_writes_once (a sequence's kernels) a tracked buffer's
+// pages are scanned once, at its first use: raw writes made before the scope must
+// reach a later launch in it whose view the first launch did not read, and one made
+// inside it must be caught at the first use after it.
+
+TEST_P(TrackedMode, RawWritesBeforeAScanOnceScopeReachEveryLaunchInIt) {
+  MemoryRig rig;
+  const uint64_t page = PageWriteTracker::page_size();
+  Buffer t = tracked(rig, 4 * page, "tracked");
+  Buffer out_x = rig.buffer(kTileBytes, "out x"), out_y = rig.buffer(kTileBytes, "out y");
+  write_floats(*rig.ctx, t.view(), std::vector<float>(page, 0.f));
+  ASSERT_TRUE(rig.ctx->to_device(t.view()).ok());
+  const View x = sub(t, 0, kTileBytes), y = sub(t, 3 * page, kTileBytes);  // pages apart
+  put_floats({x.data(), kTileBytes}, ints(kTile, 11));
+  put_floats({y.data(), kTileBytes}, ints(kTile, 12));
+  {
+    const MemoryContext::RawWriteScan scan = rig.ctx->scan_raw_writes_once();
+    const MemoryContext::RawWriteScan inner = rig.ctx->scan_raw_writes_once();  // changes nothing
+    ASSERT_TRUE(rig.launch(MemoryRig::kCopy, {x, out_x.view()}).ok());
+    ASSERT_TRUE(rig.launch(MemoryRig::kCopy, {y, out_y.view()}).ok());
+  }
+  EXPECT_EQ(read_floats(*rig.ctx, out_x.view()), ints(kTile, 11));
+  EXPECT_EQ(read_floats(*rig.ctx, out_y.view()), ints(kTile, 12));
+}
+
+TEST_P(TrackedMode, ARawWriteInsideAScanOnceScopeIsCaughtAtTheFirstUseAfterIt) {
+  MemoryRig rig;
+  const uint64_t page = PageWriteTracker::page_size();
+  Buffer t = tracked(rig, 2 * page, "tracked");
+  Buffer out = rig.buffer(kTileBytes, "out");
+  write_floats(*rig.ctx, t.view(), std::vector<float>(page / 2, 0.f));
+  ASSERT_TRUE(rig.ctx->to_device(t.view()).ok());
+  const View y = sub(t, page, kTileBytes);
+  {
+    const MemoryContext::RawWriteScan scan = rig.ctx->scan_raw_writes_once();
+    ASSERT_TRUE(rig.launch(MemoryRig::kCopy, {sub(t, 0, kTileBytes), out.view()}).ok());
+    put_floats({y.data(), kTileBytes}, ints(kTile, 13));  // outside the contract: after the scan
+  }
+  ASSERT_TRUE(rig.launch(MemoryRig::kCopy, {y, out.view()}).ok());
+  EXPECT_EQ(read_floats(*rig.ctx, out.view()), ints(kTile, 13));
+}
+
 INSTANTIATE_TEST_SUITE_P(Mechanisms, TrackedMode, ::testing::ValuesIn(tracking_mechanisms()),
                          [](const auto& info) {
                            return std::string(write_tracking_mechanism_name(info.param));

@@ -232,6 +232,27 @@ class MemoryContext {
   Status enqueue_command(hal::StreamId stream, std::string_view name, std::span<const CommandArg> args,
                          const EnqueueCommand& enqueue);
 
+  // While the returned scope lives, this thread's launches and commands on the
+  // context collect a tracked buffer's raw writes once, over the whole buffer at its
+  // first use, instead of over each input view at every launch (a decode step's 16
+  // launches used to scan their views' pages over 300 times). For a caller that
+  // enqueues several launches in one go and writes through no raw pointer meanwhile,
+  // as a sequence does: raw writes made before the scope reach every launch in it;
+  // one made while it lives is caught at the buffer's first use after it. An inner
+  // scope on the same thread changes nothing.
+  class RawWriteScan {
+   public:
+    ~RawWriteScan();
+    RawWriteScan(const RawWriteScan&) = delete;
+    RawWriteScan& operator=(const RawWriteScan&) = delete;
+
+   private:
+    friend class MemoryContext;
+    explicit RawWriteScan(std::shared_ptr<memory_detail::MemoryCore> core);
+    std::shared_ptr<memory_detail::MemoryCore> core_;  // null: another scope was active
+  };
+  [[nodiscard]] RawWriteScan scan_raw_writes_once();
+
   // Blocks until every device operation the context knows of has completed.
   // Returns the first failure among them, if any.
   Status synchronize();
