@@ -82,45 +82,44 @@ std::optional<uint64_t> GlobalMemory::first_uninitialized(uint64_t addr, uint64_
 // ---------------------------------------------------------------- icache
 
 void ICache::configure(uint32_t sets, uint32_t ways, uint32_t line_bytes) {
-  sets_ = sets;
+  sets_ = sets;  // sets and line bytes are powers of two (SimOptions checks)
   ways_ = ways;
   line_bytes_ = line_bytes;
-  lines_.assign(static_cast<size_t>(sets) * ways, Line{});
-  for (Line& l : lines_) {
-    l.insns.resize(line_bytes / isa::kInsnBytes);
-    l.decode_error.resize(line_bytes / isa::kInsnBytes);
-  }
+  line_shift_ = static_cast<uint32_t>(std::countr_zero(line_bytes));
+  insns_per_line_ = line_bytes / static_cast<uint32_t>(isa::kInsnBytes);
+  const size_t n = static_cast<size_t>(sets) * ways;
+  tags_.assign(n, kInvalid);
+  last_use_.assign(n, 0);
+  insns_.assign(n * insns_per_line_, isa::Insn{});
+  decode_error_.assign(n * insns_per_line_, nullptr);
 }
 
-void ICache::invalidate() {
-  for (Line& l : lines_) l.valid = false;
-}
+void ICache::invalidate() { std::fill(tags_.begin(), tags_.end(), kInvalid); }
 
-ICache::Line& ICache::fetch_line(uint64_t line_addr, const GlobalMemory& gm, bool* hit) {
-  const uint64_t set = (line_addr / line_bytes_) % sets_;
-  Line* ways = &lines_[set * ways_];
-  Line* victim = &ways[0];
+ICache::Line ICache::fetch_line(uint64_t line_addr, const GlobalMemory& gm, bool* hit) {
+  const size_t first = ((line_addr >> line_shift_) & (sets_ - 1)) * ways_;
+  size_t victim = first;
   ++clock_;
-  for (uint32_t w = 0; w < ways_; ++w) {
-    Line& l = ways[w];
-    if (l.valid && l.tag == line_addr) {
-      l.last_use = clock_;
+  for (size_t w = first; w < first + ways_; ++w) {
+    if (tags_[w] == line_addr) {
+      last_use_[w] = clock_;
       *hit = true;
-      return l;
+      return line(w);
     }
-    if (!l.valid || (victim->valid && l.last_use < victim->last_use)) victim = &l;
+    // An empty way (the last one) or else the least recently used.
+    if (tags_[w] == kInvalid || (tags_[victim] != kInvalid && last_use_[w] < last_use_[victim])) victim = w;
   }
   *hit = false;
-  Line& l = *victim;
-  l.tag = line_addr;
-  l.valid = true;
-  l.last_use = clock_;
-  std::memcpy(l.insns.data(), gm.ptr(line_addr), line_bytes_);
-  for (size_t i = 0; i < l.insns.size(); ++i) {
+  tags_[victim] = line_addr;
+  last_use_[victim] = clock_;
+  isa::Insn* insns = &insns_[victim * insns_per_line_];
+  const char** errors = &decode_error_[victim * insns_per_line_];
+  std::memcpy(insns, gm.ptr(line_addr), line_bytes_);
+  for (size_t i = 0; i < insns_per_line_; ++i) {
     // Loop targets depend on the launch and are checked when executed.
-    l.decode_error[i] = isa::insn_structure_error(l.insns[i], UINT32_MAX);
+    errors[i] = isa::insn_structure_error(insns[i], UINT32_MAX);
   }
-  return l;
+  return line(victim);
 }
 
 
@@ -775,7 +774,7 @@ bool Core::Exec::exec_loop(uint32_t* next_pc) {
 
 BlockResult Core::Exec::run() {
   const uint32_t line_bytes = core.icache_.line_bytes();
-  ICache::Line* line = nullptr;
+  ICache::Line line;
   uint64_t line_addr = 0;
   pc = b.pc;
   uint32_t since_abort_check = 0;
@@ -792,16 +791,16 @@ BlockResult Core::Exec::run() {
     }
     const uint64_t addr = L.code_addr + static_cast<uint64_t>(pc) * isa::kInsnBytes;
     const uint64_t want_line = addr & ~static_cast<uint64_t>(line_bytes - 1);
-    if (!line || want_line != line_addr) {
+    if (!line.insns || want_line != line_addr) {
       bool hit = false;
-      line = &core.icache_.fetch_line(want_line, *L.gm, &hit);
+      line = core.icache_.fetch_line(want_line, *L.gm, &hit);
       line_addr = want_line;
       ++(hit ? stats.icache_hits : stats.icache_misses);
     } else {
       ++stats.icache_hits;
     }
     const uint32_t slot = static_cast<uint32_t>((addr - line_addr) / isa::kInsnBytes);
-    in = &line->insns[slot];
+    in = &line.insns[slot];
     if (L.sanitize && std::memcmp(in, L.gm->ptr(addr), isa::kInsnBytes) != 0) {
       ++stats.stale_fetch_hazards;
       fail("hazard: stale instruction fetch at " + hex(addr) +
@@ -809,7 +808,7 @@ BlockResult Core::Exec::run() {
            StatusCode::kHazard);
       return BlockResult::kFaulted;
     }
-    if (const char* err = line->decode_error[slot]) {
+    if (const char* err = line.decode_error[slot]) {
       fail(std::string("cannot decode instruction at ") + hex(addr) + ": " + err);
       return BlockResult::kFaulted;
     }

@@ -76,24 +76,33 @@ class ICache {
   void configure(uint32_t sets, uint32_t ways, uint32_t line_bytes);
   void invalidate();
 
+  // A cached line, decoded at fill time: the raw instructions and, per instruction,
+  // why it cannot be executed (null when it can). Valid until the line is replaced.
   struct Line {
-    uint64_t tag = 0;  // GM address of the line
-    uint64_t last_use = 0;
-    bool valid = false;
-    // Decoded at fill time: the raw instructions and, per instruction, why it
-    // cannot be executed (null when it can).
-    std::vector<isa::Insn> insns;
-    std::vector<const char*> decode_error;
+    const isa::Insn* insns = nullptr;
+    const char* const* decode_error = nullptr;
   };
   // The line holding `line_addr`, filling it from `gm` on a miss.
-  Line& fetch_line(uint64_t line_addr, const GlobalMemory& gm, bool* hit);
+  Line fetch_line(uint64_t line_addr, const GlobalMemory& gm, bool* hit);
 
   uint32_t line_bytes() const { return line_bytes_; }
 
  private:
-  uint32_t sets_ = 0, ways_ = 0, line_bytes_ = 0;
+  static constexpr uint64_t kInvalid = ~uint64_t{0};  // the tag of an empty way
+
+  Line line(size_t way) const {
+    return {&insns_[way * insns_per_line_], &decode_error_[way * insns_per_line_]};
+  }
+
+  uint32_t sets_ = 0, ways_ = 0, line_bytes_ = 0, line_shift_ = 0, insns_per_line_ = 0;
   uint64_t clock_ = 0;
-  std::vector<Line> lines_;  // sets_ * ways_
+  // Per way (set * ways + way), each field in its own array: a lookup reads one
+  // set's tags from one cache line, which the weights streaming through the host's
+  // caches would otherwise have evicted along with whole line records.
+  std::vector<uint64_t> tags_;  // GM address of the line, or kInvalid
+  std::vector<uint64_t> last_use_;
+  std::vector<isa::Insn> insns_;           // insns_per_line_ per way
+  std::vector<const char*> decode_error_;  // likewise
 };
 
 struct TileDesc {
