@@ -233,9 +233,10 @@ class MemoryContext {
                          const EnqueueCommand& enqueue);
 
   // While the returned scope lives, this thread's launches and commands on the
-  // context collect a tracked buffer's raw writes once, over the whole buffer at its
-  // first use, instead of over each input view at every launch (a decode step's 16
-  // launches used to scan their views' pages over 300 times). For a caller that
+  // context collect a tracked buffer's raw writes once, at its first use, over every
+  // page holding a byte that is not device-newer (a raw write into device-newer bytes
+  // loses to them anyway), instead of over each input view at every launch (a decode
+  // step's 16 launches used to scan their views' pages over 300 times). For a caller that
   // enqueues several launches in one go and writes through no raw pointer meanwhile,
   // as a sequence does: raw writes made before the scope reach every launch in it;
   // one made while it lives is caught at the buffer's first use after it. An inner
