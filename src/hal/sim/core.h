@@ -118,8 +118,11 @@ struct LoopFrame {
   int64_t remaining = 0;
 };
 
-// Architectural state of one block; survives across barriers.
-struct BlockState {
+// Architectural state of one block; survives across barriers. A launch keeps its
+// blocks' states side by side and host threads run neighbouring blocks at once: each
+// state starts its own cache line, so one block's register writes never invalidate
+// the line another thread is reading its registers from.
+struct alignas(64) BlockState {
   uint32_t block_id = 0;
   uint32_t pc = 0;
   uint32_t depth = 0;
@@ -131,7 +134,8 @@ struct BlockState {
 
 enum class BlockResult { kExited, kAtBarrier, kFaulted };
 
-struct CoreStats {
+// Counted per fetched instruction: a line of its own, for the same reason.
+struct alignas(64) CoreStats {
   uint64_t icache_hits = 0, icache_misses = 0;
   uint64_t stale_fetch_hazards = 0, uninit_read_hazards = 0;
 };
