@@ -29,7 +29,9 @@ void HostPool::worker_loop() {
     // Spin a little first: launches tend to come in bursts.
     if (!spin_until([&] { return job_epoch_.load(std::memory_order_acquire) != seen; }, 1000)) {
       std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);  // before the predicate's first check of the epoch
       wake_.wait(lock, [&] { return stopping_ || job_epoch_.load() != seen; });
+      sleepers_.fetch_sub(1);
       if (stopping_) return;
     }
     seen = job_epoch_.load(std::memory_order_acquire);
@@ -50,11 +52,16 @@ void HostPool::parallel_for(uint32_t n, const std::function<void(uint32_t)>& fn)
   job.fn = &fn;
   job.n = n;
   job_.store(&job);
-  {
+  // A spinning worker sees the new epoch by itself; only a sleeping one needs the
+  // mutex and a notify (a launch's phases come microseconds apart, so workers seldom
+  // sleep between them). Both sides' sequentially consistent operations make it
+  // impossible for a worker to count itself asleep after this load and still miss
+  // the new epoch.
+  job_epoch_.fetch_add(1);
+  if (sleepers_.load() != 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    job_epoch_.fetch_add(1, std::memory_order_release);
+    wake_.notify_all();
   }
-  wake_.notify_all();
   run_tasks(job);
   while (!spin_until([&] { return job.done.load(std::memory_order_acquire) == n; }, 256)) {
     std::this_thread::yield();

@@ -42,6 +42,7 @@ class HostPool {
   std::mutex mu_;
   std::condition_variable wake_;
   std::atomic<uint64_t> job_epoch_{0};
+  std::atomic<uint32_t> sleepers_{0};  // workers waiting on wake_ (counted under mu_)
   bool stopping_ = false;
 
   // The job lives on the owner's stack; `active_` counts workers that may still touch
