@@ -450,16 +450,21 @@ StatusOr<StepProbe> probe_step(const ops::Operator& op, const ops::EmitContext& 
 
 // Code of one fused step: runs on blocks [0, grid) of the launch, with the registers
 // it reads before writing cleared as at a block's start, then, if `barrier`, waits
-// for every block.
+// for every block. A step on all `launch_grid` blocks needs no gate: every block
+// executes the fused code, so a gate of five instructions and a loop per step and
+// block is worth leaving out.
 Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, const StepProbe& probe,
-                       bool barrier) {
-  const isa::Reg gate{0}, limit{1};
-  b.block_id(gate);
-  b.li(limit, probe.grid);
-  b.alu(isa::AluOp::kSub, gate, limit, gate);  // grid - block id
-  b.alui(isa::AluOp::kMin, gate, gate, 1);
-  b.alui(isa::AluOp::kMax, gate, gate, 0);     // 1 on the step's blocks, else 0
-  b.loop_begin(gate);
+                       uint32_t launch_grid, bool barrier) {
+  const bool gated = probe.grid != launch_grid;
+  if (gated) {
+    const isa::Reg gate{0}, limit{1};
+    b.block_id(gate);
+    b.li(limit, probe.grid);
+    b.alu(isa::AluOp::kSub, gate, limit, gate);  // grid - block id
+    b.alui(isa::AluOp::kMin, gate, gate, 1);
+    b.alui(isa::AluOp::kMax, gate, gate, 0);     // 1 on the step's blocks, else 0
+    b.loop_begin(gate);
+  }
   // Clearing only what the code reads first keeps a token's instruction count (and
   // the cores' instruction fetch) to the operators' own work: operators set what they
   // read, and the library's clear nothing here.
@@ -472,7 +477,7 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   if ((isa::registers_read_first(b.code().subspan(start)) & ~probe.read_first) != 0) {
     return internal_error(op.name() + ": registers read first changed between emissions");
   }
-  b.loop_end();
+  if (gated) b.loop_end();
   if (barrier) b.barrier();
   return ok_status();
 }
@@ -595,16 +600,16 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
       std::vector<bool> barrier_after = plan_barriers(access);
       if (hazard_on(Hazard::kNoStepBarriers)) barrier_after.assign(barrier_after.size(), false);
       uint32_t grid = 1;
+      for (const StepProbe& probe : probes) grid = std::max(grid, probe.grid);
       std::vector<std::pair<size_t, uint32_t>> barrier_steps;  // steps with a barrier of their own, and their grid
       for (size_t i = first; i < last; ++i) {
         const SequenceStep& st = steps_[i];
         const StepProbe& probe = probes[i - first];
         ops::EmitContext ctx{b, target, st.op->signature(), {}};
         for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
-        NPURT_RETURN_IF_ERROR(
-            emit_fused_step(b, *st.op, ctx, probe, barrier_after[i - first]).with_context(step_label(i, *st.op)));
+        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, probe, grid, barrier_after[i - first])
+                                  .with_context(step_label(i, *st.op)));
         if (probe.own_barrier) barrier_steps.emplace_back(i, probe.grid);
-        grid = std::max(grid, probe.grid);
       }
       // Blocks outside a step's grid skip its code: a barrier inside it would pair with
       // some other barrier of theirs, so such a step must run on every block.

@@ -53,6 +53,11 @@ inline uint64_t align64(uint64_t v) { return round_up(v, 64); }
 inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks, int64_t grid, isa::Reg first,
                              isa::Reg count) {
   const int64_t base = chunks / grid, rem = chunks % grid;
+  if (rem == 0) {  // every block the same count: no per-block correction to compute
+    b.alui(AluOp::kMul, first, bid, base);
+    b.li(count, base);
+    return;
+  }
   b.alui(AluOp::kMin, count, bid, rem);  // the longer ranges before this block
   b.alui(AluOp::kMul, first, bid, base);
   b.alu(AluOp::kAdd, first, first, count);
