@@ -448,15 +448,32 @@ StatusOr<StepProbe> probe_step(const ops::Operator& op, const ops::EmitContext& 
   return out;
 }
 
+// Whether step i sits behind a guard that step i - 1 opened: both on the same blocks,
+// fewer than the launch's, with no barrier between them. A run of such steps (a
+// layer's head norms, RoPE and cache appends on block 0) shares one guard, which the
+// other blocks then pass over once instead of once per step.
+std::vector<bool> shares_guard(const std::vector<StepProbe>& probes, const std::vector<bool>& barrier_after,
+                               uint32_t launch_grid) {
+  std::vector<bool> shares(probes.size() + 1, false);
+  for (size_t i = 1; i < probes.size(); ++i) {
+    shares[i] = probes[i].grid != launch_grid && probes[i].grid == probes[i - 1].grid && !barrier_after[i - 1];
+  }
+  return shares;
+}
+
 // Code of one fused step: runs on blocks [0, grid) of the launch, with the registers
 // it reads before writing cleared as at a block's start, then, if `barrier`, waits
-// for every block. A step on all `launch_grid` blocks needs no gate: every block
-// executes the fused code, so a gate of five instructions and a loop per step and
-// block is worth leaving out.
+// for every block. A step on fewer blocks than the launch's sits behind a guard (the
+// block id against its grid, then a one-iteration loop), opened unless the step
+// shares the previous step's (`open`) and closed unless the next one shares it
+// (`close`); a step on all `launch_grid` blocks needs none.
+struct GuardRun {
+  bool open = false, close = false;
+};
+
 Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::EmitContext& ctx, const StepProbe& probe,
-                       uint32_t launch_grid, bool barrier) {
-  const bool gated = probe.grid != launch_grid;
-  if (gated) {
+                       GuardRun guard, bool barrier) {
+  if (guard.open) {
     const isa::Reg gate{0}, limit{1};
     b.block_id(gate);
     b.li(limit, probe.grid);
@@ -477,7 +494,7 @@ Status emit_fused_step(isa::KernelBuilder& b, const ops::Operator& op, ops::Emit
   if ((isa::registers_read_first(b.code().subspan(start)) & ~probe.read_first) != 0) {
     return internal_error(op.name() + ": registers read first changed between emissions");
   }
-  if (gated) b.loop_end();
+  if (guard.close) b.loop_end();
   if (barrier) b.barrier();
   return ok_status();
 }
@@ -601,14 +618,18 @@ StatusOr<std::unique_ptr<CompiledSequence>> OperatorSequence::compile(Runtime& r
       if (hazard_on(Hazard::kNoStepBarriers)) barrier_after.assign(barrier_after.size(), false);
       uint32_t grid = 1;
       for (const StepProbe& probe : probes) grid = std::max(grid, probe.grid);
+      const std::vector<bool> shares = shares_guard(probes, barrier_after, grid);
       std::vector<std::pair<size_t, uint32_t>> barrier_steps;  // steps with a barrier of their own, and their grid
       for (size_t i = first; i < last; ++i) {
         const SequenceStep& st = steps_[i];
-        const StepProbe& probe = probes[i - first];
+        const size_t k = i - first;
+        const StepProbe& probe = probes[k];
+        const bool guarded = probe.grid != grid;
+        const GuardRun guard{guarded && !shares[k], guarded && !shares[k + 1]};
         ops::EmitContext ctx{b, target, st.op->signature(), {}};
         for (const std::string& binding : st.bindings) ctx.args.push_back(arg_index[index.at(binding)]);
-        NPURT_RETURN_IF_ERROR(emit_fused_step(b, *st.op, ctx, probe, grid, barrier_after[i - first])
-                                  .with_context(step_label(i, *st.op)));
+        NPURT_RETURN_IF_ERROR(
+            emit_fused_step(b, *st.op, ctx, probe, guard, barrier_after[k]).with_context(step_label(i, *st.op)));
         if (probe.own_barrier) barrier_steps.emplace_back(i, probe.grid);
       }
       // Blocks outside a step's grid skip its code: a barrier inside it would pair with

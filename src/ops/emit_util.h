@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -66,6 +67,14 @@ inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks
   b.alui(AluOp::kMax, count, count, 0);
   b.alui(AluOp::kMin, count, count, 1);
   b.alui(AluOp::kAdd, count, count, base);
+}
+
+// The count emit_block_range gives every block when `chunks` split evenly over
+// `grid` blocks (a code generator can then leave out a loop that runs once), else
+// nullopt.
+inline std::optional<int64_t> even_block_count(int64_t chunks, int64_t grid) {
+  if (chunks % grid != 0) return std::nullopt;
+  return chunks / grid;
 }
 
 // emit_block_range for a number of work items known only at run time: `chunks` holds

@@ -193,7 +193,9 @@ StatusOr<uint32_t> Gemv::emit(EmitContext& ctx) const {
     b.li(y_pitch, static_cast<int64_t>(p_.m));
   }
   if (plan.x_resident) def_x(p_.k, zero);
-  b.loop_begin(count);
+  // A block's single row tile (every decode GEMV on 8 cores) needs no loop around it.
+  const bool one_tile = even_block_count(static_cast<int64_t>(plan.row_tiles), plan.grid) == 1;
+  if (!one_tile) b.loop_begin(count);
   b.alui(AluOp::kMin, rows, left, rpt);  // only the matrix's last row tile may be short
   if (batch) {
     b.tdef(tacc, DType::kF32, vectors, rows, plan.acc_local);
@@ -223,11 +225,13 @@ StatusOr<uint32_t> Gemv::emit(EmitContext& ctx) const {
   } else {
     b.tst(tacc, y, y_off, DType::kF32);
   }
-  // Every row tile but the matrix's last is whole, so the next one starts rpt rows on.
-  b.alui(AluOp::kAdd, w_row, w_row, rpt * row_bytes);
-  b.alui(AluOp::kAdd, y_off, y_off, rpt * 4);
-  b.alui(AluOp::kSub, left, left, rpt);
-  b.loop_end();
+  if (!one_tile) {
+    // Every row tile but the matrix's last is whole, so the next one starts rpt rows on.
+    b.alui(AluOp::kAdd, w_row, w_row, rpt * row_bytes);
+    b.alui(AluOp::kAdd, y_off, y_off, rpt * 4);
+    b.alui(AluOp::kSub, left, left, rpt);
+    b.loop_end();
+  }
   b.reserve_local(plan.local_bytes);
   return static_cast<uint32_t>(plan.grid);
 }
