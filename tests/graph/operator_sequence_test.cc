@@ -446,6 +446,56 @@ TEST(OperatorSequence, OneBlockStepsShareAPhaseAndWiderStepsWaitForThem) {
                            "norm, add and norm on block 0 in one phase, then the GEMV");
 }
 
+// Steps on fewer blocks than their launch sit behind block guards, and neighbours on
+// the same blocks with no barrier between share one. Here an add on 4 blocks follows
+// the GEMV (8 blocks), then two one-block norms with a barrier between them (the
+// second reads the GEMV's rows), then a second GEMV on the second norm's output. The
+// add must keep a guard of its own (on one block's guard it would leave 3 of its 4
+// tiles unwritten) and the norms must not share one across the barrier (blocks 1..7
+// would pass it and start the second GEMV before block 0 has normed its input).
+OperatorSequence guarded_steps(Dispatch d) {
+  constexpr uint64_t n = 4 * 4096;
+  auto gemv1 = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 512, .k = 640, .weight = DType::kQ8_0});
+  auto add4 = std::make_shared<ops::Elementwise>(
+      ops::ElementwiseParams{.kind = ops::ElementwiseKind::kAdd, .n = n, .tile = 4096, .cores = 4});
+  auto norm64 = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 64});
+  auto norm512 = std::make_shared<ops::RmsNorm>(ops::RmsNormParams{.rows = 1, .dim = 512});
+  auto gemv2 = std::make_shared<ops::Gemv>(ops::GemvParams{.m = 512, .k = 512, .weight = DType::kQ8_0});
+  return OperatorSequence("guards",
+                          {{gemv1, {"w1", "x", "y1"}},
+                           {add4, {"a", "b", "c"}},
+                           {norm64, {"v", "g64", "vn"}},
+                           {norm512, {"y1", "g512", "z"}},
+                           {gemv2, {"w2", "z", "y"}}},
+                          {"w1", "x", "a", "b", "v", "g64", "g512", "w2"}, {"c", "vn", "y"},
+                          {{"w1", 512 * 640}, {"x", 640}, {"y1", 512}, {"a", n}, {"b", n}, {"c", n}, {"v", 64},
+                           {"g64", 64}, {"vn", 64}, {"g512", 512}, {"z", 512}, {"w2", 512 * 512}, {"y", 512}},
+                          d);
+}
+
+TEST(OperatorSequence, StepsOnFewerBlocksShareAGuardOnlyOnTheSameBlocksAndInOnePhase) {
+  constexpr uint64_t n = 4 * 4096;
+  const HostBuffers host{{"w1", random_for(DType::kQ8_0, 512 * 640, 81)}, {"x", random_for(DType::kF32, 640, 82)},
+                         {"a", random_for(DType::kF32, n, 83)},           {"b", random_for(DType::kF32, n, 84)},
+                         {"v", random_for(DType::kF32, 64, 85)},          {"g64", random_for(DType::kF32, 64, 86)},
+                         {"g512", random_for(DType::kF32, 512, 87)},      {"w2", random_for(DType::kQ8_0, 512 * 512, 88)}};
+  HostBuffers ref = host;
+  ASSERT_OK(guarded_steps(Dispatch::kFused).run_reference(ref));
+  std::map<std::string, std::vector<uint8_t>> results[2];
+  for (Dispatch d : {Dispatch::kFused, Dispatch::kSeparate}) {
+    // One host thread runs the cores in order: the outcome does not depend on timing.
+    Rig rig({}, /*sanitize=*/true, /*host_threads=*/1);
+    CompiledSequence& seq = rig.compile(guarded_steps(d));
+    for (const auto& [name, bytes] : host) rig.write_raw(seq, name, bytes);
+    ASSERT_OK(seq.call());
+    for (const char* out : {"c", "vn", "y"}) results[d == Dispatch::kFused ? 0 : 1][out] = rig.read(seq, out);
+  }
+  for (const char* out : {"c", "vn", "y"}) {
+    EXPECT_EQ(results[0][out], results[1][out]) << out;
+    EXPECT_LT(rel_l2(as_f32(results[0][out], DType::kF32), as_f32(ref[out], DType::kF32)), 1e-5) << out;
+  }
+}
+
 // ---- stale instructions --------------------------------------------------------
 
 // Sequence C (a one-block norm, then an add on all 8 cores) runs and is destroyed;

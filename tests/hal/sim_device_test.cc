@@ -325,6 +325,56 @@ TEST(SimDevice, BarrierOrdersBlocksWithinOneLaunch) {
   EXPECT_TRUE(contains(dev->stream_synchronize(s), "grid barrier"));
 }
 
+// Block 0 alone runs a barrier (inside a loop only it enters), then every block runs
+// a second one: block 0 waits at the first while the others wait at the second, so
+// a grid barrier pairs two different places. The sanitizer names it; without it the
+// launch runs (arrivals are counted, not places) and the device stays usable.
+TEST(SimDevice, SanitizerReportsBlocksWaitingAtDifferentBarriers) {
+  using namespace isa;
+  KernelBuilder b("split_barrier");
+  const uint8_t out = b.arg_buffer("out", Access::kOut, DType::kF32);
+  const Reg bid{0}, only0{1}, off{2};
+  const Tile t{0};
+  b.block_id(bid);
+  b.li(only0, 1);
+  b.alu(AluOp::kSub, only0, only0, bid);
+  b.alui(AluOp::kMax, only0, only0, 0);  // 1 on block 0, else 0
+  b.loop_begin(only0);
+  b.barrier();
+  b.loop_end();
+  b.barrier();
+  b.tdef(t, DType::kF32, 1, 1);
+  b.i2f(bid, bid);
+  b.tfill(t, bid);
+  b.block_id(bid);
+  b.alui(AluOp::kMul, off, bid, 4);
+  b.tst(t, out, off, DType::kF32);
+  auto image = b.build();
+  ASSERT_TRUE(image.ok()) << image.status().to_string();
+  for (const bool sanitize : {true, false}) {
+    hal::SimOptions o;
+    o.sanitize = sanitize;
+    auto dev = make_sim(o);
+    auto s = dev->create_stream().value();
+    const auto code = upload(*dev, *image);
+    const auto dout = put(*dev, s, std::vector<float>(4, -1.f));
+    NPURT_ASSERT_OK(dev->launch(s, {code, 4, {KernelArg::buffer(dout, 16)}}));
+    const Status st = dev->stream_synchronize(s);
+    if (!sanitize) {
+      NPURT_ASSERT_OK(st);
+      continue;
+    }
+    EXPECT_EQ(st.code(), StatusCode::kHazard) << st.to_string();
+    EXPECT_TRUE(contains(st, "blocks wait at different barriers")) << st.to_string();
+    EXPECT_TRUE(contains(st, "kernel 'split_barrier'")) << st.to_string();
+    auto s2 = dev->create_stream().value();
+    const auto add = upload(*dev, elementwise_kernel("add", isa::BinOp::kAdd).value());
+    const auto dx = put(*dev, s2, random_floats(64, 7)), dy = put(*dev, s2, random_floats(64, 8));
+    NPURT_ASSERT_OK(dev->launch(s2, {add, 1, add_args(dx, dy, dev->allocate(256).value())}));
+    NPURT_ASSERT_OK(dev->stream_synchronize(s2));
+  }
+}
+
 TEST(SimDevice, SanitizerReportsReadsOfNeverWrittenMemory) {
   hal::SimOptions o;
   o.sanitize = true;

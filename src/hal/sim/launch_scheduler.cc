@@ -102,6 +102,33 @@ Status LaunchScheduler::bind(const LaunchParams& p, LaunchContext& ctx, std::str
   return ok_status();
 }
 
+namespace {
+
+// Sanitizer: every block still running must wait at the same barrier instruction. A
+// grid barrier counts arrivals, not places, so a barrier inside code that only some
+// blocks run pairs with another barrier of the rest and lets them run ahead of data
+// not yet written; a launch's blocks reach it in order here, so the results can hide
+// it. Reported as a hazard of the first block that waits elsewhere.
+bool barriers_agree(const LaunchContext& ctx, const std::vector<BlockState>& blocks, const std::vector<uint8_t>& exited,
+                    std::vector<Status>& faults, std::vector<uint32_t>& fault_block) {
+  const auto first = std::find(exited.begin(), exited.end(), 0);
+  if (first == exited.end()) return true;
+  const size_t lead = static_cast<size_t>(first - exited.begin());
+  for (size_t c = lead + 1; c < blocks.size(); ++c) {
+    if (exited[c] || blocks[c].pc == blocks[lead].pc) continue;
+    faults[c] = Status(StatusCode::kHazard,
+                       "kernel '" + std::string(ctx.kernel_name) +
+                           "': hazard: blocks wait at different barriers: block " + std::to_string(lead) + " after insn " +
+                           std::to_string(blocks[lead].pc - 1) + ", block " + std::to_string(c) + " after insn " +
+                           std::to_string(blocks[c].pc - 1) + " (a barrier inside code that only some blocks run)");
+    fault_block[c] = static_cast<uint32_t>(c);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status LaunchScheduler::run(const LaunchParams& p, const LaunchStream& s, std::string& name) {
   LaunchContext ctx;
   NPURT_RETURN_IF_ERROR(bind(p, ctx, name));
@@ -176,6 +203,7 @@ Status LaunchScheduler::run(const LaunchParams& p, const LaunchStream& s, std::s
       pool_.parallel_for(used, run_core);
     }
     if (!phased || abort.load() || std::all_of(exited.begin(), exited.end(), [](uint8_t e) { return e; })) break;
+    if (ctx.sanitize && !barriers_agree(ctx, blocks, exited, faults, fault_block)) break;
   }
 
   CoreStats total;
