@@ -217,6 +217,9 @@ TEST(Ordering, FreeingABufferInUseIsDeferredUntilTheWorkCompletes) {
   Buffer out = rig.buffer(kBytes, "out");
   const std::vector<float> want = ints(kBytes / 4, 8);
   hal::DeviceAddr old_addr{};
+  // The copy stays unfinished behind the gate until the host waits for it, however
+  // fast the device runs it: y is allocated while x's bytes are still in use.
+  StreamGate gate(*rig.device, rig.stream);
   {
     Buffer x = rig.buffer(kBytes, "x");
     old_addr = x.device_address();
@@ -237,6 +240,7 @@ TEST(Ordering, FreeingABufferInUseIsDeferredUntilTheWorkCompletes) {
   // been deferred, this buffer would land on x's bytes while the kernel reads them.
   Buffer y = rig.buffer(kBytes, "y");
   EXPECT_NE(y.device_address(), old_addr);
+  gate.open_when_the_host_blocks();
   write_floats(*rig.ctx, y.view(), std::vector<float>(kBytes / 4, -5.f));
   ASSERT_TRUE(rig.ctx->to_device(y.view()).ok());
   EXPECT_EQ(read_floats(*rig.ctx, out.view()), want);
