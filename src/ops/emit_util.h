@@ -44,6 +44,14 @@ inline int64_t f32_bits(float v) { return std::bit_cast<uint32_t>(v); }
 // Local-memory layouts start their tiles at multiples of 64 bytes.
 inline uint64_t align64(uint64_t v) { return round_up(v, 64); }
 
+// The count emit_block_range gives every block when `chunks` split evenly over
+// `grid` blocks (a code generator can then leave out a loop that runs once), else
+// nullopt.
+inline std::optional<int64_t> even_block_count(int64_t chunks, int64_t grid) {
+  if (chunks % grid != 0) return std::nullopt;
+  return chunks / grid;
+}
+
 // Splits `chunks` work items into contiguous ranges, one per block of a `grid`-block
 // launch: block b handles chunks / grid items, one more if b < chunks % grid, from
 // first = b * (chunks / grid) + min(b, chunks % grid). The largest share is
@@ -53,12 +61,12 @@ inline uint64_t align64(uint64_t v) { return round_up(v, 64); }
 // and `count` in registers (`bid` must hold the block id).
 inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks, int64_t grid, isa::Reg first,
                              isa::Reg count) {
-  const int64_t base = chunks / grid, rem = chunks % grid;
-  if (rem == 0) {  // every block the same count: no per-block correction to compute
-    b.alui(AluOp::kMul, first, bid, base);
-    b.li(count, base);
+  if (const std::optional<int64_t> per = even_block_count(chunks, grid)) {
+    b.alui(AluOp::kMul, first, bid, *per);  // no per-block correction to compute
+    b.li(count, *per);
     return;
   }
+  const int64_t base = chunks / grid, rem = chunks % grid;
   b.alui(AluOp::kMin, count, bid, rem);  // the longer ranges before this block
   b.alui(AluOp::kMul, first, bid, base);
   b.alu(AluOp::kAdd, first, first, count);
@@ -67,14 +75,6 @@ inline void emit_block_range(isa::KernelBuilder& b, isa::Reg bid, int64_t chunks
   b.alui(AluOp::kMax, count, count, 0);
   b.alui(AluOp::kMin, count, count, 1);
   b.alui(AluOp::kAdd, count, count, base);
-}
-
-// The count emit_block_range gives every block when `chunks` split evenly over
-// `grid` blocks (a code generator can then leave out a loop that runs once), else
-// nullopt.
-inline std::optional<int64_t> even_block_count(int64_t chunks, int64_t grid) {
-  if (chunks % grid != 0) return std::nullopt;
-  return chunks / grid;
 }
 
 // emit_block_range for a number of work items known only at run time: `chunks` holds
