@@ -27,6 +27,7 @@
 #include "npurt/ops/embedding.h"
 #include "npurt/ops/gemm.h"
 #include "npurt/ops/gemv.h"
+#include "npurt/ops/prefill_attention.h"
 #include "npurt/ops/rmsnorm.h"
 #include "npurt/ops/rope.h"
 #include "npurt/ops/softmax.h"
@@ -158,6 +159,32 @@ void BM_WeightGemmVsSgemm(benchmark::State& state) {
 BENCHMARK(BM_WeightGemmVsSgemm)
     ->ArgsProduct({{1, 64, 128, 512}, {static_cast<int>(DType::kQ5_0), static_cast<int>(DType::kQ4_K)}})
     ->ArgNames({"rows", "dtype"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Batched prefill's attention: a 512-token chunk of Gemma-3-270M (4 query heads on one
+// kv head of 256, causal; window 512 for a local layer, none for a global one: the
+// same work at position 0) against the f32 FMA peak of the host's threads measured in
+// the same run. FLOPs: two products (scores, values) per visible (query, key) pair.
+void BM_PrefillAttentionVsFmaPeak(benchmark::State& state) {
+  const auto tokens = static_cast<uint32_t>(state.range(0));
+  const auto window = static_cast<uint32_t>(state.range(1));
+  const ops::PrefillAttention op({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .max_len = tokens,
+                                  .tokens = tokens, .window = window});
+  OpRunner ours(op, {{"pos", 0}, {"rows", tokens}});
+  Samples mine;
+  for (auto _ : state) mine.time([&] { ours.run(); });
+  double pairs = 0;
+  for (uint32_t i = 0; i < tokens; ++i) pairs += window ? std::min(i + 1, window) : i + 1;
+  const double flops = pairs * 4 /* heads */ * 256 /* dim */ * 2 /* products */ * 2;
+  state.SetLabel(op.name());
+  state.counters["median_ms"] = mine.median() * 1e3;
+  report_ratio(state, "GFLOPs", flops / mine.median() / 1e9, "fma_peak_GFLOPs",
+               fma_peak_gflops() * std::thread::hardware_concurrency(), "ratio_to_peak");
+}
+BENCHMARK(BM_PrefillAttentionVsFmaPeak)
+    ->ArgsProduct({{512}, {512, 0}})
+    ->ArgNames({"tokens", "window"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

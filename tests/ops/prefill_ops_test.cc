@@ -141,6 +141,10 @@ std::vector<AttnCase> attn_cases() {
   v.push_back({8, 2, 64, 300, 64, 8, 5, 40});
   v.push_back({8, 2, 64, 300, 64, 8, 37, 1});
   v.push_back({6, 3, 32, 300, 64, 0, 13, 19});
+  // Heads too wide for four unmasked key tiles at once in 256 KiB of local memory:
+  // two at a time (head_dim 320), one (400).
+  v.push_back({4, 1, 320, 300, 160, 0, 0, 160});
+  v.push_back({4, 1, 400, 300, 160, 0, 40, 120});
   return v;
 }
 

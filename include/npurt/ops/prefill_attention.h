@@ -22,8 +22,10 @@
 // are tile_q positions, aligned to the query tile: the one on the diagonal gets a
 // causal mask, the one on the window's edge a window mask, the lowest one may be cut
 // at position 0; the masks are image constants added to the scores. tile_q divides
-// the window, so no other tile needs a mask. Softmax is online across key tiles, the
-// diagonal first (every row has an unmasked score there).
+// the window, so no other tile needs a mask. The unmasked key tiles between them are
+// taken up to four at a time (one tile of 4 x tile_q positions) where local memory
+// allows, the rest alone. Softmax is online across key tiles, the diagonal first
+// (every row has an unmasked score there), then going down in position.
 //
 // Accuracy: as DecodeAttention (rel-L2 ~1e-6 against exact); tiles group positions
 // differently from the decode kernel, so results agree to f32 rounding, not bit for bit.

@@ -899,6 +899,42 @@ void OuterMatmul(const typename Format::T* a, const OuterOperand& b, float* c, s
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Blocks of 8 x 8 floats are transposed in registers where a vector holds 8 of them.
+using D8 = hn::CappedTag<float, 8>;
+constexpr bool kTranspose8 = hn::MaxLanes(D8()) == 8;
+
+// out[c * out_stride + r] = in[r * in_stride + c] for r, c < 8: pairs of rows
+// interleaved by 32-bit, then 64-bit lanes, then 128-bit halves joined.
+HWY_INLINE void Transpose8x8(const float* in, size_t in_stride, float* out, size_t out_stride) {
+  const D8 d;
+  const hn::Repartition<uint64_t, D8> d64;
+  using V = hn::Vec<D8>;
+  V r[8], t[8];
+#pragma GCC unroll 8
+  for (size_t i = 0; i < 8; ++i) r[i] = hn::LoadU(d, in + i * in_stride);
+#pragma GCC unroll 4
+  for (size_t i = 0; i < 8; i += 2) {
+    t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
+    t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
+  }
+  const auto pairs_lo = [&](V a, V b) { return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b))); };
+  const auto pairs_hi = [&](V a, V b) { return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b))); };
+#pragma GCC unroll 2
+  for (size_t i = 0; i < 8; i += 4) {
+    r[i] = pairs_lo(t[i], t[i + 2]);
+    r[i + 1] = pairs_hi(t[i], t[i + 2]);
+    r[i + 2] = pairs_lo(t[i + 1], t[i + 3]);
+    r[i + 3] = pairs_hi(t[i + 1], t[i + 3]);
+  }
+#pragma GCC unroll 4
+  for (size_t i = 0; i < 4; ++i) {
+    hn::StoreU(hn::ConcatLowerLower(d, r[i + 4], r[i]), d, out + i * out_stride);
+    hn::StoreU(hn::ConcatUpperUpper(d, r[i + 4], r[i]), d, out + (i + 4) * out_stride);
+  }
+}
+#endif
+
 // Writes rows [0, cols) of an f32 matrix (row stride k) transposed into a k x width
 // panel, zero-padding the columns past cols.
 void TransposeIntoPanel(const float* rows, size_t k, size_t cols, size_t width, float* panel) {
@@ -907,7 +943,13 @@ void TransposeIntoPanel(const float* rows, size_t k, size_t cols, size_t width, 
   constexpr size_t kRowsAtOnce = 8;
   for (size_t j0 = 0; j0 < cols; j0 += kRowsAtOnce) {
     const size_t j_end = std::min(cols, j0 + kRowsAtOnce);
-    for (size_t p = 0; p < k; ++p) {
+    size_t p = 0;
+#if HWY_TARGET != HWY_SCALAR
+    if (kTranspose8 && j_end - j0 == kRowsAtOnce) {
+      for (; p + 8 <= k; p += 8) Transpose8x8(rows + j0 * k + p, k, panel + p * width + j0, width);
+    }
+#endif
+    for (; p < k; ++p) {
       for (size_t j = j0; j < j_end; ++j) panel[p * width + j] = rows[j * k + p];
     }
   }
