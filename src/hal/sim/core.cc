@@ -11,10 +11,6 @@
 #include <thread>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "hal/sim/dequant_kernels.h"
 #include "hal/sim/matvec_kernels.h"
 #include "hal/sim/tile_kernels.h"
@@ -427,44 +423,6 @@ namespace {
 // TLDQ with kTransB decodes this many rows at a time before transposing them.
 constexpr uint32_t kTransposeGroup = 8;
 
-#if defined(__x86_64__)
-// dst[c * dst_stride + r] = src[r * src_stride + c] for an 8 x 8 block.
-__attribute__((target("avx2"))) void transpose8x8_avx2(const float* src, size_t src_stride, float* dst,
-                                                       size_t dst_stride) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
-}
-#endif
-
-// dst[c * dst_stride + r] = src[r * vals + c] for r < rows, c < vals.
-void transpose_rows(const float* src, uint32_t rows, size_t vals, float* dst, size_t dst_stride) {
-  size_t c = 0;
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && rows == 8) {
-    for (; c + 8 <= vals; c += 8) transpose8x8_avx2(src + c, vals, dst + c * dst_stride, dst_stride);
-  }
-#endif
-  for (; c < vals; ++c) {
-    float* o = dst + c * dst_stride;
-    for (uint32_t r = 0; r < rows; ++r) o[r] = src[r * vals + c];
-  }
-}
-
 }  // namespace
 
 bool Core::Exec::exec_tldq() {
@@ -504,7 +462,7 @@ bool Core::Exec::exec_tldq() {
       if (!dense && !check_initialized(row_at(r0 + j), row_bytes, i.b)) return false;
       dequantize(L.gm->ptr(row_at(r0 + j)), qt, scratch.data() + j * vals, vals);
     }
-    transpose_rows(scratch.data(), n, vals, lf(*t) + r0, t->cols);
+    transpose(scratch.data(), vals, n, vals, lf(*t) + r0, t->cols);
   }
   return true;
 }

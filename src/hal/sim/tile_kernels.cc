@@ -49,6 +49,8 @@ using BinaryFn = void (*)(const float* a, const float* b, float* out, size_t n);
 using BinaryScalarFn = void (*)(const float* a, float s, float* out, size_t n);
 using UnaryFn = void (*)(const float* in, float* out, size_t n);
 using ReduceFn = void (*)(const float* in, size_t rows, size_t cols, void* out);
+using TransposeFn = void (*)(const float* src, size_t src_stride, size_t rows, size_t cols, float* dst,
+                            size_t dst_stride);
 using MatmulFn = void (*)(const void* a, isa::DType a_type, const void* b, isa::DType b_type,
                           float* c, size_t m, size_t n, size_t k, bool trans_b, bool accumulate);
 
@@ -62,6 +64,7 @@ struct KernelTable {
   UnaryFn unary[kNumUnOps];
   ReduceFn reduce[kNumRedOps];
   MatmulFn matmul;
+  TransposeFn transpose;
   uint64_t (*fma_probe)(uint64_t rounds);
 };
 
@@ -918,8 +921,12 @@ HWY_INLINE void Transpose8x8(const float* in, size_t in_stride, float* out, size
     t[i] = hn::InterleaveLower(d, r[i], r[i + 1]);
     t[i + 1] = hn::InterleaveUpper(d, r[i], r[i + 1]);
   }
-  const auto pairs_lo = [&](V a, V b) { return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b))); };
-  const auto pairs_hi = [&](V a, V b) { return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b))); };
+  const auto pairs_lo = [&](V a, V b) {
+    return hn::BitCast(d, hn::InterleaveLower(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
+  const auto pairs_hi = [&](V a, V b) {
+    return hn::BitCast(d, hn::InterleaveUpper(d64, hn::BitCast(d64, a), hn::BitCast(d64, b)));
+  };
 #pragma GCC unroll 2
   for (size_t i = 0; i < 8; i += 4) {
     r[i] = pairs_lo(t[i], t[i + 2]);
@@ -935,24 +942,31 @@ HWY_INLINE void Transpose8x8(const float* in, size_t in_stride, float* out, size
 }
 #endif
 
-// Writes rows [0, cols) of an f32 matrix (row stride k) transposed into a k x width
-// panel, zero-padding the columns past cols.
-void TransposeIntoPanel(const float* rows, size_t k, size_t cols, size_t width, float* panel) {
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols.
+void TransposeKernel(const float* src, size_t src_stride, size_t rows, size_t cols, float* dst, size_t dst_stride) {
   // A few source rows at a time: with power-of-two row strides, many concurrent row
   // streams would map to one L1 set and evict each other.
   constexpr size_t kRowsAtOnce = 8;
-  for (size_t j0 = 0; j0 < cols; j0 += kRowsAtOnce) {
-    const size_t j_end = std::min(cols, j0 + kRowsAtOnce);
-    size_t p = 0;
+  for (size_t r0 = 0; r0 < rows; r0 += kRowsAtOnce) {
+    const size_t r_end = std::min(rows, r0 + kRowsAtOnce);
+    size_t c = 0;
 #if HWY_TARGET != HWY_SCALAR
-    if (kTranspose8 && j_end - j0 == kRowsAtOnce) {
-      for (; p + 8 <= k; p += 8) Transpose8x8(rows + j0 * k + p, k, panel + p * width + j0, width);
+    if (kTranspose8 && r_end - r0 == kRowsAtOnce) {
+      for (; c + 8 <= cols; c += 8) {
+        Transpose8x8(src + r0 * src_stride + c, src_stride, dst + c * dst_stride + r0, dst_stride);
+      }
     }
 #endif
-    for (; p < k; ++p) {
-      for (size_t j = j0; j < j_end; ++j) panel[p * width + j] = rows[j * k + p];
+    for (; c < cols; ++c) {
+      for (size_t r = r0; r < r_end; ++r) dst[c * dst_stride + r] = src[r * src_stride + c];
     }
   }
+}
+
+// Writes rows [0, cols) of an f32 matrix (row stride k) transposed into a k x width
+// panel, zero-padding the columns past cols.
+void TransposeIntoPanel(const float* rows, size_t k, size_t cols, size_t width, float* panel) {
+  TransposeKernel(rows, k, cols, k, panel, width);
   if (cols == width) return;
   for (size_t p = 0; p < k; ++p) std::fill(panel + p * width + cols, panel + (p + 1) * width, 0.0f);
 }
@@ -1077,6 +1091,7 @@ constexpr detail::KernelTable kTable = {
     // Order of isa::RedOp.
     {&ReduceSum, &ReduceMax, &ReduceSumSq, &ReduceArgmax},
     &Matmul,
+    &TransposeKernel,
     &FmaProbe,
 };
 
@@ -1155,6 +1170,10 @@ void convert(const void* src, isa::DType src_type, void* dst, isa::DType dst_typ
     return;
   }
   Kernels().convert[from][to](src, dst, n);
+}
+
+void transpose(const float* src, size_t src_stride, size_t rows, size_t cols, float* dst, size_t dst_stride) {
+  Kernels().transpose(src, src_stride, rows, cols, dst, dst_stride);
 }
 
 void binary(isa::BinOp op, const float* a, const float* b, float* out, size_t n) {

@@ -74,6 +74,10 @@ void unary(isa::UnOp op, const float* in, float* out, size_t n);
 // l + l+2, l + l+1; so their rounding differs from a sequential sum.
 void reduce_rows(isa::RedOp op, const float* in, size_t rows, size_t cols, void* out);
 
+// dst[c * dst_stride + r] = src[r * src_stride + c] for r < rows, c < cols (the arrays
+// do not overlap); 8 x 8 blocks go through registers where a vector holds 8 floats.
+void transpose(const float* src, size_t src_stride, size_t rows, size_t cols, float* dst, size_t dst_stride);
+
 // C[m x n] (f32, row stride n) = (accumulate ? C : 0) + A * B, where A is m x k (row
 // stride k) and B is k x n (row stride n) or, with trans_b, n x k (row stride k).
 // A and B may each be f32, bf16 or f16; products are formed from the exact f32 values
